@@ -1,0 +1,3 @@
+from tputool.cli import main
+
+main()

@@ -1,0 +1,29 @@
+"""Entry point for PyTorch's device-backend autoload (`torch.backends` group): registers the `tpu` device.
+
+Runs inside `import torch`, so it never raises: a failure becomes one warning and torch still imports.
+Where the real TorchTPU (`torch_tpu`) is installed, its own entry point owns the `tpu` device and this
+loader steps aside. `TPUTOOL_BACKEND=0` turns the bundled backend off.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
+
+
+def real_torch_tpu_installed() -> bool:
+    """True when Google's torch_tpu package is importable (it then provides the `tpu` device)."""
+    return importlib.util.find_spec("torch_tpu") is not None
+
+
+def load() -> None:
+    """Register tputool's bundled `tpu` device unless torch_tpu is installed or TPUTOOL_BACKEND=0."""
+    if os.environ.get("TPUTOOL_BACKEND", "1") == "0" or real_torch_tpu_installed():
+        return
+    try:
+        from tputool.backend import device
+
+        device.register()
+    except Exception as e:  # noqa: BLE001 - an autoload hook must not break `import torch`
+        warnings.warn(f"tputool: the bundled tpu backend failed to load: {e}", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,103 @@
+"""The data every part of port/check shares: rules, findings, fix safety, severities and suppressions."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+
+class Severity(enum.IntEnum):
+    """How much a finding matters; `check --fail-on` compares against it."""
+
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class FixSafety(enum.Enum):
+    """Whether a rule's rewrite is applied by default (safe), only with --unsafe-fixes, or never (none)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    NONE = "none"
+
+
+class RuleClass(enum.Enum):
+    """The classes of ../shared/reference/cuda-patterns.md."""
+
+    AUTO = "AUTO"
+    AUTO_NOTE = "AUTO+N"
+    REVIEW = "REVIEW"
+    BLOCKER = "BLOCKER"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One stable rule: its code never changes meaning once published."""
+
+    code: str  # e.g. "TPU101"
+    name: str  # kebab-case, e.g. "cuda-method-call"
+    message: str  # one line, shown with each finding
+    severity: Severity
+    fix: FixSafety
+    rule_class: RuleClass
+    doc: str  # several lines: what it finds, why, the fix, an example
+    patterns: tuple[int, ...] = ()  # row numbers in cuda-patterns.md
+
+
+@dataclass
+class Finding:
+    """One place in one file where a rule fired; `fixed` when the rewrite was applied to the output."""
+
+    path: str
+    line: int  # 1-based
+    col: int  # 1-based
+    code: str
+    message: str
+    severity: Severity
+    fixed: bool = False
+    fixable: bool = False  # a fix exists (perhaps only with --unsafe-fixes)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Settings:
+    """What the user chose: rule selection, ignores and unsafe fixes (CLI flags merged with [tool.tputool])."""
+
+    select: frozenset[str] | None = None  # None: all rules; else code prefixes ("TPU1", "TPU101")
+    ignore: frozenset[str] = frozenset()  # code prefixes
+    unsafe_fixes: bool = False
+
+    def enabled(self, code: str) -> bool:
+        """True when rule `code` is selected and not ignored."""
+        if any(code.startswith(p) for p in self.ignore):
+            return False
+        return self.select is None or any(code.startswith(p) for p in self.select)
+
+
+_SUPPRESS = re.compile(r"#\s*tputool:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+
+
+def suppressed_codes(line_text: str) -> frozenset[str] | None:
+    """Codes an inline `# tputool: ignore[TPU101,TPU2]` comment suppresses on this line.
+
+    Returns None when the line has no suppression comment, and frozenset({"*"}) for a bare
+    `# tputool: ignore` (suppresses every rule on the line).
+    """
+    m = _SUPPRESS.search(line_text)
+    if not m:
+        return None
+    if not m.group(1):
+        return frozenset({"*"})
+    return frozenset(c.strip() for c in m.group(1).split(",") if c.strip())
+
+
+def is_suppressed(code: str, codes: frozenset[str] | None) -> bool:
+    """True when `code` is covered by what `suppressed_codes` returned (prefixes allowed)."""
+    if codes is None:
+        return False
+    return "*" in codes or any(code.startswith(c) for c in codes)
