@@ -1,0 +1,104 @@
+"""A point in the tuning search space, and the model description the cost model reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+REMAT_POLICIES = ("none", "save-dots", "full")
+"""Ordered from most memory/least compute to least memory/most compute."""
+
+ATTENTION_IMPLS = ("plain", "chunked")
+"""plain: materialise the (seq, seq) scores; chunked: query blocks, each recomputed in the backward."""
+
+PRECISIONS = ("bf16", "fp32")
+"""Compute dtype of the forward/backward (the master weights and optimizer state stay fp32)."""
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: mesh (data, fsdp, tensor), batch, remat, attention, precision.
+
+    `batch` is sequences per data-parallel shard: the global batch is batch x data x fsdp (the
+    `tensor` devices of a shard work on the same sequences).
+    """
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+    batch: int = 1
+    remat: str = "none"
+    attention: str = "plain"
+    block: int = 0  # query block size for chunked attention
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if (self.attention == "chunked") != (self.block > 0):
+            raise ValueError("block must be > 0 exactly when attention is 'chunked'")
+
+    @property
+    def n_devices(self) -> int:
+        """data x fsdp x tensor."""
+        return self.data * self.fsdp * self.tensor
+
+    @property
+    def mesh(self) -> dict[str, int]:
+        """Axis name -> size, in mesh order."""
+        return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per step across all devices."""
+        return self.batch * self.data * self.fsdp
+
+    @property
+    def key(self) -> str:
+        """A short stable label, e.g. `d2f4t1 b4 save-dots chunked/16 bf16`."""
+        attn = f"chunked/{self.block}" if self.attention == "chunked" else "plain"
+        return (f"d{self.data}f{self.fsdp}t{self.tensor} b{self.batch} {self.remat} {attn} {self.precision}")
+
+    def to_dict(self) -> dict:
+        """Plain dict for YAML/JSON."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """What the cost model needs to know about a model (a transformer, or any model with `seq=1`).
+
+    `matmul_params` are the weights used in a matmul once per token (everything but the embedding
+    lookup; a tied LM head counts once). Models without attention set `layers=0` or `heads=0`.
+    """
+
+    name: str
+    params: int
+    matmul_params: int
+    layers: int = 0
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    ffn: int = 0
+    seq: int = 1
+    vocab: int = 0
+    flops_per_token_override: float | None = None  # e.g. from HLO for a CNN
+
+    @property
+    def attention_flops_per_token(self) -> float:
+        """12 x layers x seq x heads x head_dim: QK^T and AV, forward + backward, causal mask not halved."""
+        return 12.0 * self.layers * self.seq * self.heads * self.head_dim
+
+    @property
+    def flops_per_token(self) -> float:
+        """Training model FLOPs per token: 6 x matmul_params + attention (PaLM/torchtitan convention)."""
+        if self.flops_per_token_override is not None:
+            return self.flops_per_token_override
+        return 6.0 * self.matmul_params + self.attention_flops_per_token

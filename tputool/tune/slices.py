@@ -1,0 +1,120 @@
+"""Parse a TPU target (`v5e-256`, `v6e-8`, `v7x-128`, `v5e:2x4`, `tpu7x:2x2x1`) into a `Slice`."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from tputool.errors import UserError
+from tputool.tune.specs import ALIASES, CHIPS, DEFAULT_TOPOLOGIES, ChipSpec
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A TPU slice: the chip generation, its torus shape in chips, and the JAX device count."""
+
+    chip: ChipSpec
+    topology: tuple[int, ...]  # chips per torus dim
+
+    @property
+    def n_chips(self) -> int:
+        """Chips in the slice."""
+        return math.prod(self.topology)
+
+    @property
+    def n_devices(self) -> int:
+        """JAX devices in the slice (two per chip on v7x)."""
+        return self.n_chips * self.chip.devices_per_chip
+
+    @property
+    def topology_name(self) -> str:
+        """The name `jax.experimental.topologies.get_topology_desc` takes, e.g. `v5e:2x4`."""
+        return f"{self.chip.topology_prefix}:{'x'.join(map(str, self.topology))}"
+
+    @property
+    def name(self) -> str:
+        """The accelerator-type spelling, e.g. `v5e-8` (v4/v5p/v7x count TensorCores, v5e/v6e chips)."""
+        count = self.n_chips * 2 if self.chip.name_counts_cores else self.n_chips
+        return f"{self.chip.name}-{count}"
+
+    def wraparound(self, dim: int) -> bool:
+        """Whether torus dim `dim` has wraparound links (a full ring) at its size."""
+        size = self.topology[dim]
+        return size > 2 and size % self.chip.wraparound_multiple == 0
+
+
+def chip_by_name(name: str) -> ChipSpec:
+    """The ChipSpec for `v5e`, `TPU v5 lite`, `tpu7x`, ...; an unknown name is a UserError."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key in CHIPS:
+        return CHIPS[key]
+    for chip in CHIPS.values():
+        if chip.device_kind.lower() == key:
+            return chip
+    raise UserError(f"unknown TPU generation '{name}' (known: {', '.join(CHIPS)})")
+
+
+_ACCEL = re.compile(r"^([a-z0-9]+?)(?:pod)?-(\d+)$")
+_TOPO = re.compile(r"^([a-z0-9 ]+):(\d+(?:x\d+)+)$")
+
+
+def parse_target(target: str) -> Slice:
+    """`v5e-256` / `v6e-8` / `v7x-128` / `v5e:2x4` / `tpu7x:2x2x1` -> Slice; anything else is a UserError."""
+    text = target.strip().lower()
+    if m := _TOPO.match(text):
+        chip = chip_by_name(m.group(1))
+        dims = tuple(int(d) for d in m.group(2).split("x"))
+        if len(dims) != chip.torus_dims and not (chip.torus_dims == 3 and len(dims) == 2):
+            raise UserError(f"{chip.name} is a {chip.torus_dims}D torus; topology '{m.group(2)}' has {len(dims)} dims")
+        if chip.torus_dims == 3 and len(dims) == 2:
+            dims = (*dims, 1)
+        if min(dims) < 1 or math.prod(dims) > chip.max_chips:
+            raise UserError(f"topology {m.group(2)} is outside a {chip.name} pod ({chip.max_chips} chips)")
+        return Slice(chip, dims)
+    if m := _ACCEL.match(text):
+        chip = chip_by_name(m.group(1))
+        count = int(m.group(2))
+        if chip.name_counts_cores:
+            if count % 2:
+                raise UserError(f"{chip.name}-N counts TensorCores (2 per chip): N must be even, got {count}")
+            chips = count // 2
+        else:
+            chips = count
+        shapes = DEFAULT_TOPOLOGIES[chip.torus_dims]
+        if chips not in shapes or chips > chip.max_chips:
+            sizes = ", ".join(f"{chip.name}-{c * 2 if chip.name_counts_cores else c}" for c in shapes
+                              if c <= chip.max_chips)
+            raise UserError(f"no standard {chip.name} slice with {chips} chips (try one of: {sizes})")
+        return Slice(chip, shapes[chips])
+    raise UserError(f"bad TPU target '{target}': expected e.g. v5e-256, v6e-8, v7x-128 or v5e:2x4")
+
+
+def mesh_axis_bandwidth(slice_: Slice, axis_sizes: dict[str, int], axis: str) -> tuple[float, int]:
+    """(bidirectional ring bandwidth B/s, number of torus dims spanned) for logical mesh `axis`.
+
+    Axes are laid onto torus dims in order (the innermost, last axis first, as device meshes do). An
+    axis spanning k torus dims gets k rings; a dim without wraparound links halves its bandwidth.
+    """
+    remaining = list(slice_.topology) + [slice_.chip.devices_per_chip]
+    dims_index = list(range(len(slice_.topology))) + [-1]
+    spans: dict[str, list[int]] = {}
+    for name in reversed(list(axis_sizes)):
+        need = axis_sizes[name]
+        spans[name] = []
+        i = len(remaining) - 1
+        while need > 1 and i >= 0:
+            if remaining[i] > 1:
+                take = math.gcd(need, remaining[i])
+                if take > 1:
+                    spans[name].append(dims_index[i])
+                    remaining[i] //= take
+                    need //= take
+            i -= 1
+    used = [d for d in spans.get(axis, []) if d != -1]
+    if not used:
+        # within one chip (v7x's two cores) or a size-1 axis: treat as one fast link
+        return 2 * slice_.chip.ici_bw_per_link, 0
+    bw = sum(slice_.chip.ici_bw_per_link * (2 if slice_.wraparound(d) else 1) for d in used)
+    return bw, len(used)

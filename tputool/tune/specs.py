@@ -1,0 +1,60 @@
+"""Per-chip TPU numbers for the cost model, kept as data (source: shared/reference/tpu-tuning.md).
+
+Figures are per JAX device: on v7x one chip is two JAX devices, so its per-chip peak, HBM and HBM
+bandwidth are halved here. ICI bandwidth is one-way per link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+GB = 1000**3
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """One TPU generation, per JAX device."""
+
+    name: str  # tputool's short name: v4, v5e, v5p, v6e, v7x
+    device_kind: str  # what jax.devices()[0].device_kind reports
+    peak_bf16_flops: float  # FLOP/s per device
+    hbm_bytes: float  # per device
+    hbm_bw: float  # B/s per device
+    ici_bw_per_link: float  # B/s one-way per link
+    torus_dims: int  # 2 or 3
+    devices_per_chip: int
+    mxu: int  # systolic array edge: pad matmul dims to a multiple of this
+    max_chips: int  # largest ICI-connected slice (a pod)
+    topology_prefix: str  # prefix of jax.experimental.topologies names, e.g. "v5e" in "v5e:2x4"
+    name_counts_cores: bool  # True when "v4-8" counts TensorCores (2 per chip), False when it counts chips
+    wraparound_multiple: int  # a torus dim has wraparound links when its size is a multiple of this
+    ici_latency_s: float = 1e-6  # per hop
+    note: str = ""
+
+
+CHIPS: dict[str, ChipSpec] = {
+    "v4": ChipSpec("v4", "TPU v4", 275e12, 32 * GIB, 1200e9, 4.5e10, 3, 1, 128, 4096, "v4", True, 4),
+    "v5e": ChipSpec("v5e", "TPU v5 lite", 197e12, 16 * GB, 819e9, 4.5e10, 2, 1, 128, 256, "v5e", False, 16),
+    "v5p": ChipSpec("v5p", "TPU v5", 459e12, 95 * GIB, 2765e9, 9e10, 3, 1, 128, 8960, "v5p", True, 4),
+    "v6e": ChipSpec("v6e", "TPU v6 lite", 918e12, 32 * GB, 1638e9, 9e10, 2, 1, 256, 256, "v6e", False, 16),
+    "v7x": ChipSpec(
+        "v7x", "TPU7x", 2307e12 / 2, 192 * GIB / 2, 7.4e12 / 2, 1e11, 3, 2, 256, 9216, "tpu7x", True, 4,
+        note="HBM bandwidth from secondary sources, ICI bandwidth derived and unverified",
+    ),
+}
+"""Short name -> ChipSpec."""
+
+ALIASES: dict[str, str] = {
+    "tpu7x": "v7x", "ironwood": "v7x", "trillium": "v6e", "v5litepod": "v5e", "v5lite": "v5e", "v6lite": "v6e",
+}
+"""Other spellings users type for a generation."""
+
+DEFAULT_TOPOLOGIES: dict[int, dict[int, tuple[int, ...]]] = {
+    2: {1: (1, 1), 2: (1, 2), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16),
+        256: (16, 16)},
+    3: {1: (1, 1, 1), 2: (1, 1, 2), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4),
+        128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16),
+        4096: (16, 16, 16)},
+}
+"""Torus dims -> chip count -> the slice shape Cloud TPU gives for that count (chips per torus dim)."""
