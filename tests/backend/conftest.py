@@ -1,0 +1,30 @@
+"""Session summary and JSON report of the OpInfo sweep (only when test_opinfo ran)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tests.backend import _opinfo
+
+_START = time.time()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001 - pytest hook
+    """Print `OpInfo sweep: P passed, F failed, S skipped` with failures by cause, and write the JSON report."""
+    results = _opinfo.RESULTS
+    if not results:
+        return
+    terminalreporter.section("OpInfo sweep")
+    for line in _opinfo.summary_lines(results):
+        terminalreporter.write_line(line)
+    path = Path(os.environ.get("TPUTOOL_OPINFO_REPORT", "build/opinfo.json"))
+    meta = {
+        "device": os.environ.get("TPUTOOL_OPINFO_DEVICE", "tpu"),
+        "eager_mode": os.environ.get("TPUTOOL_OPINFO_EAGER_MODE", "default"),
+        "max_samples_full_sweep": int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12")),
+        "wall_seconds": round(time.time() - _START, 1),
+    }
+    _opinfo.write_report(results, path, meta)
+    terminalreporter.write_line(f"report: {path}")
