@@ -1,4 +1,4 @@
-"""Session summary and JSON report of the OpInfo sweep (only when test_opinfo ran)."""
+"""Fixtures for the backend validation tests, and the OpInfo sweep's session summary and JSON report."""
 
 from __future__ import annotations
 
@@ -6,9 +6,26 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+import torch
+
 from tests.backend import _opinfo
 
 _START = time.time()
+
+
+@pytest.fixture
+def device() -> str:
+    """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves).
+
+    Skips when no tensor can be made there; tests/backend/test_opinfo.py::test_device_available fails then.
+    """
+    name = os.environ.get("TPUTOOL_TEST_DEVICE", "tpu")
+    try:
+        torch.ones(1, device=name)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no {name} device (see test_opinfo.py::test_device_available): {_opinfo.first_line(e)}")
+    return name
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001 - pytest hook
