@@ -32,6 +32,9 @@ def _root(
 
 
 # ---- port / check / rules (tputool.codemods) ----------------------------------------------------
+from tputool.codemods.commands import register as _register_codemods  # noqa: E402
+
+_register_codemods(app)
 
 # ---- diagnose (tputool.diagnose) -----------------------------------------------------------------
 

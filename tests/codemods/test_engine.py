@@ -1,0 +1,45 @@
+"""The engine as a library: pre-filter, pool vs in-process equality, diff format."""
+
+from __future__ import annotations
+
+from tests.codemods.helpers import TRAIN, write
+from tputool.codemods import engine
+from tputool.codemods.config import ProjectConfig
+
+
+def _run(root, **kw):
+    return engine.run([str(root)], ProjectConfig(root=root), **kw)
+
+
+def test_prefilter_skips_files_without_trigger_bytes(tmp_path):
+    write(tmp_path, "a.py", "def f():\n    return 1\n")
+    write(tmp_path, "b.py", TRAIN)
+    res = _run(tmp_path, jobs=1)
+    status = {r.display.rsplit("/", 1)[-1]: r.status for r in res.files}
+    assert status == {"a.py": engine.PREFILTERED, "b.py": engine.CHANGED}
+
+
+def test_pool_gives_the_same_results_as_in_process(tmp_path, monkeypatch):
+    for i in range(12):
+        write(tmp_path, f"m{i}.py", TRAIN + f"y{i} = {i}\n" + ("z = w.cuda()\n" * (i % 3)))
+    write(tmp_path, "bad.py", "x.cuda(\n")
+    seq = _run(tmp_path, jobs=1)
+    monkeypatch.setattr(engine, "POOL_MIN_BYTES", 0)
+    seen = []
+    par = _run(tmp_path, jobs=2, progress=lambda d, t: seen.append((d, t)))
+    assert [(r.display, r.status, r.diff, [(f.line, f.code) for f in r.findings]) for r in seq.files] == \
+           [(r.display, r.status, r.diff, [(f.line, f.code) for f in r.findings]) for r in par.files]
+    assert seen[-1] == (13, 13)
+
+
+def test_skip_dirs_hidden_dirs_and_excludes(tmp_path):
+    for d in (".git", ".venv", "venv", "node_modules", "build", "__pycache__", ".hidden", "keep", "legacy"):
+        write(tmp_path, f"{d}/x.py", TRAIN)
+    res = engine.run([str(tmp_path)], ProjectConfig(root=tmp_path), exclude=["legacy"], jobs=1)
+    assert [r.display.rsplit("/", 2)[-2] for r in res.files] == ["keep"]
+
+
+def test_unified_diff_marks_missing_final_newline():
+    d = engine.unified_diff("a.cuda()", 'a.to("tpu")', "x.py")
+    assert d.splitlines()[:2] == ["--- a/x.py", "+++ b/x.py"]
+    assert "\\ No newline at end of file" in d

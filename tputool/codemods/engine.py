@@ -1,0 +1,245 @@
+"""The port/check engine: read files, pre-filter, run the Python rewriter and text scanners over all cores.
+
+`run()` is the one entry point behind `tputool port` and `tputool check` (and benchmarks/port_speed.py):
+it never writes; `writer.apply()` writes what it returns.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tputool.codemods.config import ProjectConfig
+from tputool.codemods.discover import SourceFile, discover
+from tputool.codemods.model import Finding, Settings
+from tputool.codemods.text_rules import TEXT_RULES
+from tputool.codemods.text_scan import scan_text
+from tputool.codemods.textio import decode_python, decode_text, encode
+
+# Below this many bytes of Python that must go through libcst, a process pool costs more than it saves
+# (measured with benchmarks/port_speed.py: pool start-up is ~30-60 ms, libcst parses ~0.5-1 MB/s).
+POOL_MIN_BYTES = 96 * 1024
+# Files per task sent to a worker (bounded so the progress bar moves and the load stays balanced).
+MAX_CHUNK = 16
+
+UNCHANGED, CHANGED, PREFILTERED, UNPARSABLE, ERROR = "unchanged", "changed", "prefiltered", "unparsable", "error"
+
+
+@dataclass
+class FileResult:
+    """What the engine found in one file; `new_text` only when the file would change."""
+
+    path: str
+    display: str
+    kinds: tuple[str, ...]
+    status: str = UNCHANGED
+    findings: list[Finding] = field(default_factory=list)
+    diff: str = ""
+    new_text: str | None = None
+    encoding: str | None = None
+    digest: str = ""  # sha1 of the bytes read, so the writer can refuse a file changed meanwhile
+    error: str | None = None
+    written: bool = False
+
+
+@dataclass
+class RunResult:
+    """A whole run: per-file results (sorted by display path) and the configuration used."""
+
+    files: list[FileResult]
+    config: ProjectConfig
+    settings: Settings
+
+    @property
+    def findings(self) -> list[Finding]:
+        """All findings, in file then line order."""
+        return [f for r in self.files for f in r.findings]
+
+
+PythonPorter = Callable[[str, str, Settings], "tuple[str, list[Finding]]"]
+
+
+def python_backend() -> tuple[PythonPorter, tuple[bytes, ...], type[Exception]]:
+    """The Python rewriter, its pre-filter trigger bytes and the parse error type it raises."""
+    import libcst
+
+    from tputool.codemods.python import PYTHON_TRIGGERS, port_python
+
+    return port_python, tuple(PYTHON_TRIGGERS), libcst.ParserSyntaxError
+
+
+def unified_diff(old: str, new: str, display: str) -> str:
+    """A git-style unified diff (a/ and b/ prefixes); marks a missing final newline like diff(1)."""
+    name = display.lstrip("/")
+    out = []
+    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     f"a/{name}", f"b/{name}"):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _parse_error(path: str, line: int, col: int, why: str, settings: Settings) -> list[Finding]:
+    if not settings.enabled("TPU900"):
+        return []
+    rule = TEXT_RULES["TPU900"]
+    return [Finding(path=path, line=max(line, 1), col=max(col, 1), code="TPU900",
+                    message=f"{why}; file left untouched", severity=rule.severity)]
+
+
+_ERROR_AT = re.compile(r"^(?:\w+ error: )?error at (\d+):(\d+): ")
+
+
+def _syntax_position(exc: Exception) -> tuple[int, int, str]:
+    """(line, col, one-line reason) of a libcst ParserSyntaxError (or a SyntaxError)."""
+    msg = getattr(exc, "message", None) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    line = getattr(exc, "raw_line", None) or getattr(exc, "lineno", None) or 1
+    col = getattr(exc, "raw_column", None)
+    col = (col + 1) if isinstance(col, int) else (getattr(exc, "offset", None) or 1)
+    m = _ERROR_AT.match(msg)
+    if m:
+        line, col, msg = int(m.group(1)), int(m.group(2)) + 1, msg[m.end():]
+    elif msg.startswith(("parser error: ", "tokenizer error: ")):
+        msg = msg.split(": ", 1)[1]
+    return int(line), int(col), msg
+
+
+def analyze(src: SourceFile, data: bytes, settings: Settings, run_python: bool, want_diff: bool) -> FileResult:
+    """Run every enabled rule over one file's bytes; never raises for bad input (reports TPU900)."""
+    res = FileResult(src.path, src.display, tuple(sorted(src.kinds)), digest=hashlib.sha1(data).hexdigest())
+    text_kinds = src.kinds - {"python"}
+    if src.is_python and not run_python and not text_kinds:
+        res.status = PREFILTERED
+        return res
+    if src.is_python:
+        try:
+            dec = decode_python(data)
+        except (SyntaxError, UnicodeDecodeError, LookupError) as e:
+            res.status = UNPARSABLE
+            res.findings = _parse_error(src.display, 1, 1, f"cannot decode: {e}", settings)
+            return res
+        res.encoding = dec.encoding
+        if run_python:
+            port_python, _, parse_error = python_backend()
+            try:
+                new_text, findings = port_python(dec.text, src.display, settings)
+            except parse_error as e:
+                line, col, msg = _syntax_position(e)
+                res.status = UNPARSABLE
+                res.findings = _parse_error(src.display, line, col, f"syntax error: {msg}", settings)
+                return res
+            res.findings.extend(findings)
+            if new_text != dec.text:
+                try:
+                    encode(new_text, dec.encoding)
+                except UnicodeEncodeError as e:
+                    res.status = ERROR
+                    res.error = f"rewritten text cannot be encoded as {dec.encoding}: {e.reason}"
+                else:
+                    res.status = CHANGED
+                    res.new_text = new_text
+                    if want_diff:
+                        res.diff = unified_diff(dec.text, new_text, src.display)
+        else:
+            res.status = PREFILTERED
+        text = dec.text
+    else:
+        text = decode_text(data).text
+    if text_kinds:
+        res.findings.extend(scan_text(text, src.display, frozenset(text_kinds), settings))
+        res.findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return res
+
+
+def _analyze_chunk(jobs: list[tuple[SourceFile, bytes, Settings]], want_diff: bool) -> list[FileResult]:
+    return [analyze(src, data, st, True, want_diff) for src, data, st in jobs]
+
+
+def _chunks(items: list, n_workers: int) -> list[list]:
+    size = max(1, min(MAX_CHUNK, len(items) // (n_workers * 4) or 1))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # fork: workers inherit the already-imported libcst and rule modules (no re-import per worker).
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+
+
+def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = False, select: Iterable[str] | None = None,
+        ignore: Iterable[str] = (), exclude: Sequence[str] = (), only: Iterable[Path] | None = None,
+        want_diff: bool = True, jobs: int | None = None,
+        progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Analyse every file under `paths` with `config` (CLI select/ignore/exclude/unsafe merged on top).
+
+    `jobs`: worker processes (default: all cores; 1 = in-process). `progress(done, total)` is called as
+    files finish. Nothing is written.
+    """
+    from tputool.codemods.registry import python_codes
+
+    cfg = config
+    if select is not None:
+        cfg.select = frozenset(select)
+    cfg.ignore = cfg.ignore | frozenset(ignore)
+    cfg.unsafe_fixes = cfg.unsafe_fixes or unsafe_fixes
+    files = discover(paths, cfg.root, tuple(cfg.exclude) + tuple(exclude), only)
+    total = len(files)
+    results: dict[str, FileResult] = {}
+    pending: list[tuple[SourceFile, bytes, Settings]] = []
+    _, triggers, _ = python_backend() if any(f.is_python for f in files) else (None, (), None)
+    py_codes = python_codes()
+    done = 0
+    for src in files:
+        st = cfg.settings_for(src.rel)
+        try:
+            with open(src.path, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            r = FileResult(src.path, src.display, tuple(sorted(src.kinds)), status=ERROR,
+                           error=f"cannot read: {e.strerror}")
+            r.findings = _parse_error(src.display, 1, 1, f"cannot read: {e.strerror}", st)
+            results[src.path] = r
+            done += 1
+            continue
+        needs_cst = (src.is_python and any(st.enabled(c) for c in py_codes)
+                     and any(t in data for t in triggers))
+        if needs_cst:
+            pending.append((src, data, st))
+        else:
+            results[src.path] = analyze(src, data, st, False, want_diff)
+            done += 1
+    if progress:
+        progress(done, total)
+    n_workers = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
+    n_workers = min(n_workers, len(pending))
+    if n_workers <= 1 or sum(len(d) for _, d, _ in pending) < POOL_MIN_BYTES:
+        for src, data, st in pending:
+            results[src.path] = analyze(src, data, st, True, want_diff)
+            done += 1
+            if progress:
+                progress(done, total)
+    else:
+        pending.sort(key=lambda j: -len(j[1]))  # big files first: better balance at the end
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:
+            futs = {pool.submit(_analyze_chunk, chunk, want_diff) for chunk in _chunks(pending, n_workers)}
+            try:
+                while futs:
+                    finished, futs = wait(futs, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        for r in fut.result():
+                            results[r.path] = r
+                            done += 1
+                    if progress:
+                        progress(done, total)
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    ordered = [results[f.path] for f in files]
+    return RunResult(ordered, cfg, Settings(cfg.select, cfg.ignore, cfg.unsafe_fixes))
