@@ -1,0 +1,106 @@
+"""Per-op cost of the bundled `tpu` backend in Strict eager mode, next to a direct jitted JAX call and CPU eager.
+
+For each op and size: warm up, then time `--iters` calls one by one, each waited for (torch.tpu.synchronize
+for tpu, block_until_ready for JAX), and report the median. The ratio tpu/jax is the backend's overhead
+over calling JAX yourself (target: within 2x).
+
+    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--sizes 64,512] [--mode DEFER_NEVER] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+
+OPS: dict[str, tuple[Callable, Callable, int]] = {
+    # name: (torch fn, jax fn, number of inputs)
+    "add": (torch.add, jnp.add, 2),
+    "mul": (torch.mul, jnp.multiply, 2),
+    "matmul": (torch.matmul, jnp.matmul, 2),
+    "relu": (torch.relu, jax.nn.relu, 1),
+    "sum": (torch.sum, jnp.sum, 1),
+    "softmax": (lambda x: torch.softmax(x, dim=-1), lambda x: jax.nn.softmax(x, axis=-1), 1),
+}
+
+
+def _median_us(fn: Callable, args: list, wait: Callable[[object], object], iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        wait(fn(*args))
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        wait(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _tpu_wait(_out: object) -> None:
+    torch.tpu.synchronize()
+
+
+def _jax_wait(out: jax.Array) -> None:
+    out.block_until_ready()
+
+
+def _no_wait(_out: object) -> None:
+    return None
+
+
+def measure(sizes: list[int], iters: int, warmup: int) -> list[dict]:
+    """One row per (op, size): median microseconds for torch CPU, jitted JAX and torch tpu."""
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for name, (tfn, jfn, arity) in OPS.items():
+        for n in sizes:
+            cpu_args = [torch.randn(n, n, generator=gen) for _ in range(arity)]
+            tpu_args = [a.to("tpu") for a in cpu_args]
+            jax_args = [jnp.asarray(a.numpy()) for a in cpu_args]
+            jitted = jax.jit(jfn)
+            cpu_us = _median_us(tfn, cpu_args, _no_wait, iters, warmup)
+            jax_us = _median_us(jitted, jax_args, _jax_wait, iters, warmup)
+            tpu_us = _median_us(tfn, tpu_args, _tpu_wait, iters, warmup)
+            torch.testing.assert_close(tfn(*tpu_args).cpu(), tfn(*cpu_args), rtol=1e-4, atol=1e-3)
+            rows.append({"op": name, "size": f"{n}x{n}", "cpu_us": cpu_us, "jax_us": jax_us, "tpu_us": tpu_us,
+                         "tpu_over_jax": tpu_us / jax_us})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, measure, print the table (and write JSON); exit 1 if no tpu device."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iters", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--sizes", default="64,512")
+    p.add_argument("--mode", default="DEFER_NEVER", help="torch.tpu.EagerMode member to measure")
+    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    args = p.parse_args(argv)
+    if not hasattr(torch, "tpu"):
+        print("error: no tpu device (the bundled backend did not load)", file=sys.stderr)
+        return 1
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, args.mode))
+    rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup)
+    print(f"eager mode {args.mode}, jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
+          f"median of {args.iters} waited calls (us)")
+    print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
+    for r in rows:
+        print(f"{r['op']:<9}{r['size']:>9}{r['cpu_us']:>11.1f}{r['jax_us']:>10.1f}{r['tpu_us']:>10.1f}"
+              f"{r['tpu_over_jax']:>8.2f}x")
+    ratios = [r["tpu_over_jax"] for r in rows]
+    within = sum(x <= 2.0 for x in ratios)
+    print(f"tpu/jax: median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x; {within}/{len(rows)} within 2x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mode": args.mode, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
