@@ -15,7 +15,7 @@ _START = time.time()
 
 
 @pytest.fixture
-def device() -> str:
+def tpu_device() -> str:
     """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves).
 
     Skips when no tensor can be made there; tests/backend/test_opinfo.py::test_device_available fails then.

@@ -82,10 +82,10 @@ def _parity(build, kind: str, device: str) -> None:
 
 
 @pytest.mark.parametrize(("kind", "build"), [("llama", _llama), ("gpt2", _gpt2), ("bert", _bert)])
-def test_hf_forward_backward_matches_cpu(kind: str, build, device: str) -> None:
-    _parity(build, kind, device)
+def test_hf_forward_backward_matches_cpu(kind: str, build, tpu_device: str) -> None:
+    _parity(build, kind, tpu_device)
 
 
 @pytest.mark.slow
-def test_hf_t5_forward_backward_matches_cpu(device: str) -> None:
-    _parity(_t5, "t5", device)
+def test_hf_t5_forward_backward_matches_cpu(tpu_device: str) -> None:
+    _parity(_t5, "t5", tpu_device)

@@ -47,21 +47,21 @@ def _parity(name: str, device: str, **adamw) -> None:
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "llama"])
-def test_training_matches_cpu(name: str, device: str) -> None:
-    _parity(name, device)
+def test_training_matches_cpu(name: str, tpu_device: str) -> None:
+    _parity(name, tpu_device)
 
 
-def test_training_matches_cpu_single_tensor_adamw(device: str) -> None:
-    _parity("mlp", device, foreach=False)
+def test_training_matches_cpu_single_tensor_adamw(tpu_device: str) -> None:
+    _parity("mlp", tpu_device, foreach=False)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["moe", "vit"])
-def test_training_matches_cpu_slow(name: str, device: str) -> None:
-    _parity(name, device)
+def test_training_matches_cpu_slow(name: str, tpu_device: str) -> None:
+    _parity(name, tpu_device)
 
 
-def test_tied_head_stays_tied_on_device(device: str) -> None:
+def test_tied_head_stays_tied_on_device(tpu_device: str) -> None:
     torch.manual_seed(0)
-    model = MODELS["llama"].build(MODELS["llama"].config()).to(device)
+    model = MODELS["llama"].build(MODELS["llama"].config()).to(tpu_device)
     assert model.head.weight is model.tok_emb.weight
