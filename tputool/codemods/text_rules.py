@@ -171,7 +171,7 @@ def _p(code: str, kinds: frozenset[str], regex: str, follow: str | None = None, 
 
 
 # A key, optionally quoted, then ':' or '='; not part of a longer key.
-_KEY = r"(?<![\w.-])[\"']?(?:{keys})[\"']?\s*[:=]\s*[\"']?"
+_KEY = r"(?<![\w-])[\"']?(?:{keys})[\"']?\s*[:=]\s*[\"']?"
 # A command-line option, then a space or '='.
 _OPT = r"(?<![\w-])--(?:{opts})(?:\s+|=)[\"']?"
 
