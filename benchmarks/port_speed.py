@@ -1,0 +1,168 @@
+"""How fast is `tputool port` compared with the floor: libcst parse + codegen of the same files?
+
+Builds two trees of real Python modules (copied from the installed torch package) in a temp directory:
+  sparse: few files mention CUDA (about 5%), as in most real repositories;
+  heavy:  every file mentions CUDA (a CUDA training snippet appended to each module).
+Then, side by side in one run, times
+  floor-1   read + `libcst.parse_module(src).code` for every file, one process;
+  floor-N   the same over N worker processes (same chunking, same fork pool);
+  port-1    tputool's engine.run (the code path of `tputool port`, diffs on, nothing written), jobs=1;
+  port-N    the same with jobs=N;
+and prints the ratios port/floor. Targets: heavy port-N <= 1.3x floor-N; sparse well under 1x.
+
+Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+SNIPPET = '''
+
+import torch as _bench_torch
+
+
+def _bench_train_step(model, batch, local_rank):
+    model = model.cuda()
+    batch = batch.to("cuda", non_blocking=True)
+    _bench_torch.backends.cudnn.benchmark = True
+    with _bench_torch.cuda.amp.autocast():
+        loss = model(batch).sum()
+    _bench_torch.cuda.synchronize()
+    return loss.item(), _bench_torch.device("cuda", local_rank)
+'''
+
+
+def _torch_sources(min_bytes: int, max_bytes: int) -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        sys.exit("torch is not installed: the benchmark copies its sources as realistic modules")
+    root = Path(spec.origin).parent
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        try:
+            size = p.stat().st_size
+        except OSError:
+            continue
+        if min_bytes <= size <= max_bytes:
+            out.append(p)
+    return out
+
+
+def build_trees(base: Path, n_files: int, seed: int = 0) -> dict[str, Path]:
+    """Write the sparse and heavy trees under `base`; returns {name: root}."""
+    from tputool.codemods.python import PYTHON_TRIGGERS
+
+    rng = random.Random(seed)
+    cands = _torch_sources(1_000, 16_000)
+    rng.shuffle(cands)
+    clean, cuda = [], []
+    for p in cands:
+        data = p.read_bytes()
+        (cuda if any(t in data for t in PYTHON_TRIGGERS) else clean).append(data)
+    if not clean:
+        sys.exit("no CUDA-free modules found in torch to build the sparse tree")
+    n_cuda = min(len(cuda), max(1, n_files // 20))
+    # Cycle through the pool when torch has fewer suitable modules than asked for.
+    cycle = lambda pool, n: [pool[i % len(pool)] for i in range(n)]  # noqa: E731
+    sparse = cycle(clean, n_files - n_cuda) + cuda[:n_cuda]
+    heavy = [d + SNIPPET.encode() for d in cycle(clean + cuda, n_files)]
+    trees = {}
+    for name, files in (("sparse", sparse), ("heavy", heavy)):
+        root = base / name
+        for i, data in enumerate(files):
+            d = root / f"pkg{i // 100:03d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"mod{i:05d}.py").write_bytes(data)
+        trees[name] = root
+    return trees
+
+
+def _floor_chunk(paths: list[str]) -> int:
+    import libcst
+
+    n = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            src = f.read().decode("utf-8", errors="replace")
+        try:
+            n += len(libcst.parse_module(src).code)
+        except libcst.ParserSyntaxError:
+            pass  # tputool reports these as TPU900; the floor just skips them
+    return n
+
+
+def floor(root: Path, jobs: int) -> float:
+    """Seconds to read and libcst round-trip every .py file under root (with `jobs` processes)."""
+    import libcst  # noqa: F401  (imported before forking, as the engine does)
+
+    from tputool.codemods.engine import _chunks, _pool_context
+
+    paths = sorted(str(p) for p in root.rglob("*.py"))
+    t = time.perf_counter()
+    if jobs <= 1:
+        _floor_chunk(paths)
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=_pool_context()) as pool:
+            list(pool.map(_floor_chunk, _chunks(paths, jobs)))
+    return time.perf_counter() - t
+
+
+def port(root: Path, jobs: int) -> tuple[float, int, int]:
+    """Seconds for tputool's port analysis of root; also (changed files, prefiltered files)."""
+    from tputool.codemods import engine
+    from tputool.codemods.config import ProjectConfig
+
+    t = time.perf_counter()
+    res = engine.run([str(root)], ProjectConfig(root=root), want_diff=True, jobs=jobs)
+    dt = time.perf_counter() - t
+    return dt, sum(r.status == engine.CHANGED for r in res.files), sum(r.status == engine.PREFILTERED for r in res.files)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--repeat", type=int, default=1, help="take the best of this many timings")
+    ap.add_argument("--trees", default="sparse,heavy")
+    args = ap.parse_args()
+    os.environ.setdefault("TPUTOOL_BACKEND", "0")
+    import libcst  # noqa: F401
+
+    from tputool.codemods import python as _rules  # noqa: F401  (warm imports outside the timings)
+
+    base = Path(tempfile.mkdtemp(prefix="tputool-bench-"))
+    try:
+        trees = build_trees(base, args.files)
+        print(f"{args.files} files per tree, {args.jobs} worker processes, best of {args.repeat}")
+        print(f"{'tree':8} {'MB':>6} {'floor-1':>8} {'port-1':>8} {'ratio':>6} {'floor-N':>8} {'port-N':>8} "
+              f"{'ratio':>6}  changed/prefiltered")
+        for name in args.trees.split(","):
+            root = trees[name]
+            mb = sum(p.stat().st_size for p in root.rglob("*.py")) / 1e6
+            t = {"f1": [], "p1": [], "fn": [], "pn": []}
+            for _ in range(args.repeat):  # interleaved, so load from other processes hits all alike
+                t["f1"].append(floor(root, 1))
+                t["p1"].append(port(root, 1)[0])
+                t["fn"].append(floor(root, args.jobs))
+                dt, changed, skipped = port(root, args.jobs)
+                t["pn"].append(dt)
+            f1, p1, fn, pn = (min(t[k]) for k in ("f1", "p1", "fn", "pn"))
+            print(f"{name:8} {mb:6.1f} {f1:8.2f} {p1:8.2f} {p1 / f1:6.2f} {fn:8.2f} {pn:8.2f} {pn / fn:6.2f}  "
+                  f"{changed}/{skipped}", flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
