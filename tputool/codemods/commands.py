@@ -118,8 +118,7 @@ def port(
 ) -> None:
     """Rewrite CUDA code for TPU: show a diff (or --write it), a summary and the findings.
 
-    Exit status: 0 when every file was processed; 1 when some file could not be parsed, decoded or
-    written (it is reported and left untouched; the others are still ported); 2 for bad usage.
+    Exit status: 0 when every file was processed; 1 when some file could not be parsed, decoded or written (it is reported and left untouched, the others are still ported); 2 for bad usage.
     """
     from rich.console import Console
 
@@ -211,7 +210,11 @@ def check(
         verdict = f"FAILED: {len(failing)} at or above {threshold}" if failing else f"passed (fail-on {threshold})"
         tail = (f"{s['findings']} finding(s) in {s['files_scanned']} file(s) ({sev}); "
                 f"{s['fixes_applied']} fixable by `tputool port`; {verdict}")
-        text = "".join(line + "\n" for line in lines) + ("\n" if lines else "") + tail + "\n"
+        legend = [f"{t} {what}" for t, what in (("[*]", "fixed by `tputool port`"),
+                                                 ("[unsafe-fix]", "fixed by `tputool port --unsafe-fixes`"))
+                  if any(f" {t} " in line for line in lines)]
+        text = "".join(line + "\n" for line in lines) + ("\n" if lines else "")
+        text += ("; ".join(legend) + "\n" if legend else "") + tail + "\n"
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")
