@@ -1,0 +1,14 @@
+"""Graph mode of the bundled `tpu` backend: FX->JAX lowering, `torch.compile(backend="tpu")`, the compile cache,
+SPMD sharding and fused eager mode.
+
+`install()` (called when the device registers) hooks it into torch.
+"""
+
+from __future__ import annotations
+
+
+def install() -> None:
+    """Register the Dynamo backend "tpu", route default torch.compile on tpu inputs to it, enable the caches."""
+    from tputool.backend.graph.install import install as _install
+
+    _install()

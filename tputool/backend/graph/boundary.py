@@ -1,0 +1,53 @@
+"""Crossing between torch tensors and JAX arrays at the edge of a compiled graph.
+
+`tpu` tensors are unwrapped to the backend's own JAX array (no copy) and outputs wrapped back into
+`tpu` tensors; CPU tensors (used when a graph is compiled for CPU inputs, e.g. in tests) cross through
+numpy. The RNG key for graphs with random ops comes from the backend's generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import torch
+
+from tputool.backend.graph.host import cpu_to_jax, jax_to_cpu
+
+
+def device_type_of(values: Sequence[Any]) -> str:
+    """`tpu` if any tensor among `values` (real or fake) lives on the tpu device, else `cpu`."""
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+            return "tpu"
+    return "cpu"
+
+
+def to_jax(t: Any) -> Any:
+    """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.device.type == "tpu":
+        from tputool.backend.tensor import to_jax as tpu_to_jax
+
+        return tpu_to_jax(t)
+    return cpu_to_jax(t)
+
+
+def from_jax(a: Any, device_type: str) -> Any:
+    """A torch tensor on `device_type` holding JAX array `a`; non-arrays (sizes, None) pass through."""
+    if not isinstance(a, jax.Array):
+        return a
+    if device_type == "tpu":
+        from tputool.backend.tensor import from_jax as tpu_from_jax
+
+        return tpu_from_jax(a)
+    return jax_to_cpu(a)
+
+
+def next_rng_key() -> jax.Array:
+    """A fresh `jax.random` key from the backend's generator (seeded by `torch.manual_seed`)."""
+    from tputool.backend import rng
+
+    return rng.next_key()

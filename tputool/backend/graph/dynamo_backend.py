@@ -1,0 +1,95 @@
+"""`torch.compile(model, backend="tpu")`: Dynamo graph -> AOTAutograd -> one `jax.jit` per forward/backward.
+
+AOTAutograd functionalizes the captured graph, applies core-ATen decompositions (except for ops that have
+their own lowering), splits it into forward and backward, and hands each to `compile_graph`, which lowers
+it with `jaxify`. At run time inputs are unwrapped to JAX arrays (parameters stay on the device, no copy),
+the one compiled computation runs, and outputs are wrapped back. Input and buffer mutations (BatchNorm
+running stats, in-place ops on inputs) come back from the functionalized graph as extra outputs and
+AOTAutograd's runtime copies them into the original tensors.
+
+Shapes: Dynamo may pass symbolic sizes after a shape change; they arrive as Python ints at run time and
+are static arguments to `jax.jit`, so every concrete shape gets its own static XLA computation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+
+from tputool.backend.graph import boundary
+from tputool.backend.graph.jaxify import JaxGraph, jaxify
+
+_graph_ids = itertools.count()
+
+
+def _decompositions() -> dict:
+    """Core-ATen decompositions, minus ops that already have a JAX lowering (those stay whole)."""
+    from torch._decomp import core_aten_decompositions
+
+    from tputool.backend.lowerings import LOWERINGS
+
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in LOWERINGS}
+
+
+class CompiledGraph:
+    """Callable with AOTAutograd's boxed convention: a list of tensors/sizes in, a list of outputs out."""
+
+    def __init__(self, graph: JaxGraph, device_type: str) -> None:
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__, not class attributes
+        self.graph = graph
+        self.device_type = device_type
+
+    def __call__(self, args: list) -> list:
+        """Unwrap `args`, run the JAX computation, wrap its outputs."""
+        ins = [boundary.to_jax(a) for a in args]
+        args.clear()  # boxed convention: let AOTAutograd free inputs it no longer needs
+        key = boundary.next_rng_key() if self.graph.uses_rng else None
+        outs = self.graph(*ins, rng_key=key)
+        dev = self.device_type
+        return [boundary.from_jax(o, dev) for o in outs]
+
+
+def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
+    """An AOTAutograd compiler for `kind` ("forward", "backward", "inference") that lowers to one jax.jit."""
+
+    def compiler(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+        from tputool.backend.graph import persistent_cache
+
+        persistent_cache.enable()
+        name = f"graph{next(_graph_ids)}.{kind}"
+        graph = jaxify(gm, example_inputs, name=name)
+        return CompiledGraph(graph, boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm))
+
+    return compiler
+
+
+def _device_of(gm: fx.GraphModule) -> str:
+    vals = [n.meta.get("val") for n in gm.graph.nodes]
+    return boundary.device_type_of([v for v in vals if isinstance(v, torch.Tensor)])
+
+
+_aot_backend: Callable | None = None
+
+
+def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
+    """The Dynamo backend "tpu": compile Dynamo's FX graph for the tpu device through AOTAutograd and JAX."""
+    global _aot_backend
+    if options:
+        raise TypeError(f"backend 'tpu' takes no options, got {sorted(options)}")
+    if _aot_backend is None:
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        _aot_backend = aot_autograd(
+            fw_compiler=compile_graph("forward"),
+            bw_compiler=compile_graph("backward"),
+            inference_compiler=compile_graph("inference"),
+            decompositions=_decompositions(),
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=False,
+        )
+    return _aot_backend(gm, example_inputs)

@@ -1,0 +1,97 @@
+"""Hook graph mode into torch: the Dynamo backend "tpu", the default backend for tpu inputs, compile events.
+
+Default backend: `torch.compile(model)` picks Inductor, which PyTorch 2.13 would send to its Pallas code
+generator for `tpu` tensors (and fail). The one entry every default compile passes through is
+`torch._TorchCompileInductorWrapper.__call__` (Dynamo calls it with the captured graph and example
+inputs), so that is wrapped: graphs with tpu inputs go to backend "tpu"; graphs on other devices reach
+Inductor unchanged. Asking Inductor for tpu explicitly (a `mode` or `options`) is refused with an
+explanatory error, as TorchTPU does, unless TPUTOOL_FORCE_INDUCTOR=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tputool.backend import events
+
+FORCE_INDUCTOR_ENV = "TPUTOOL_FORCE_INDUCTOR"
+_installed = False
+
+
+class InductorOnTpuError(RuntimeError):
+    """Inductor was asked explicitly to compile a graph on tpu tensors."""
+
+
+def _graph_on_tpu(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> bool:
+    from tputool.backend.graph.boundary import device_type_of
+
+    if device_type_of(inputs) == "tpu":
+        return True
+    vals = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes]
+    return device_type_of([v for v in vals if isinstance(v, torch.Tensor)]) == "tpu"
+
+
+def _route_inductor(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def call(self: Any, model_: torch.fx.GraphModule, inputs_: Sequence[Any], **kwargs: Any) -> Callable:
+        if not _graph_on_tpu(model_, inputs_) or os.environ.get(FORCE_INDUCTOR_ENV) == "1":
+            return original(self, model_, inputs_, **kwargs)
+        if self.config:
+            raise InductorOnTpuError(
+                "Inductor does not generate code for the tpu device; use torch.compile(model, backend='tpu') "
+                f"(or the default backend without mode/options). Set {FORCE_INDUCTOR_ENV}=1 to force Inductor."
+            )
+        from tputool.backend.graph.dynamo_backend import tpu_backend
+
+        return tpu_backend(model_, inputs_)
+
+    call._tputool_routed = True  # type: ignore[attr-defined]
+    return call
+
+
+_seen_breaks: dict[str, int] = {}
+_seen_failures: dict[Any, int] = {}
+
+
+def sync_dynamo_events(*_: Any) -> None:
+    """Record Dynamo's new graph breaks and guard failures (recompiles) as backend events."""
+    from torch._dynamo import utils
+    from torch._dynamo.guards import guard_failures
+
+    for reason, n in utils.counters.get("graph_break", {}).items():
+        new = n - _seen_breaks.get(reason, 0)
+        if new > 0:
+            events.record("graph_break", str(reason).strip().splitlines()[0] if str(reason).strip() else "unknown",
+                          amount=new)
+            _seen_breaks[reason] = n
+    for code, reasons in list(guard_failures.items()):
+        start = _seen_failures.get(code, 0)
+        for reason in reasons[start:]:
+            events.record("recompile", str(reason).splitlines()[0], function=getattr(code, "co_name", "?"))
+        _seen_failures[code] = len(reasons)
+
+
+def install() -> None:
+    """Register everything graph mode adds to torch (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from torch._dynamo.callback import on_compile_end
+
+    from tputool.backend.graph import persistent_cache
+    from tputool.backend.graph.dynamo_backend import tpu_backend
+
+    if "tpu" not in _BACKENDS:
+        register_backend(compiler_fn=tpu_backend, name="tpu")
+    wrapper = torch._TorchCompileInductorWrapper
+    if not getattr(wrapper.__call__, "_tputool_routed", False):
+        wrapper.__call__ = _route_inductor(wrapper.__call__)
+    on_compile_end(sync_dynamo_events)
+    persistent_cache.enable()
+    _installed = True

@@ -1,0 +1,226 @@
+"""Lower an ATen-level FX graph to one function on JAX arrays, interpreted node by node through LOWERINGS.
+
+The graph is what AOTAutograd, `make_fx` or `torch.export` produce after core-ATen decompositions:
+placeholders, `get_attr` constants, `call_function` nodes whose targets are OpOverloads (looked up in
+`tputool.backend.lowerings.LOWERINGS`), `operator.getitem` on tuple results, Python arithmetic on
+symbolic sizes, and one output. `jaxify` checks every op up front, so a missing lowering is one clear
+error naming the op(s) before anything is traced; `JaxGraph` then traces the interpreter once per
+input signature with `jax.jit` (non-array inputs, i.e. sizes, are static arguments).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import torch
+from torch import fx
+
+from tputool.backend import events
+from tputool.backend.lowerings import LOWERINGS, Lowering
+
+SIZE_OPS: dict[Any, Callable] = {
+    torch.ops.aten.sym_size.int: lambda x, d: x.shape[d],
+    torch.ops.aten.sym_numel.default: lambda x: math.prod(x.shape),
+    torch.ops.aten.sym_storage_offset.default: lambda x: 0,
+}
+"""Ops on sizes that are evaluated on the traced array's static shape rather than lowered."""
+
+PYTHON_FUNCS: frozenset = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod, operator.neg,
+    operator.pow, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+    operator.and_, operator.or_, operator.not_, math.ceil, math.floor, math.sqrt,
+    torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int, torch.sym_sqrt, torch.sym_ite,
+})
+"""Plain Python functions that may appear in a graph on sizes and scalars; called as they are."""
+
+
+class MissingLoweringError(NotImplementedError):
+    """The graph uses ops that have no entry in LOWERINGS."""
+
+    def __init__(self, ops: Sequence[str], graph_name: str) -> None:
+        self.ops = list(ops)
+        super().__init__(
+            f"tpu graph '{graph_name}': no JAX lowering for {', '.join(self.ops)}; add one to "
+            "tputool.backend.lowerings (or report it) — this graph cannot be compiled for tpu"
+        )
+
+
+def missing_lowerings(gm: fx.GraphModule, table: dict | None = None) -> list[str]:
+    """Names of the graph's call_function targets that neither LOWERINGS nor the interpreter handle."""
+    table = LOWERINGS if table is None else table
+    missing = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        t = node.target
+        if t is operator.getitem or t in SIZE_OPS or t in PYTHON_FUNCS:
+            continue
+        if isinstance(t, torch._ops.OpOverload) and t in table:
+            continue
+        name = str(t) if isinstance(t, torch._ops.OpOverload) else getattr(t, "__name__", repr(t))
+        if name not in missing:
+            missing.append(name)
+    return missing
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, jax.Array) or hasattr(x, "aval")
+
+
+def _constant(value: Any, to_jax: Callable[[torch.Tensor], jax.Array]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return to_jax(value)
+    return value
+
+
+def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any]) -> Callable[..., tuple]:
+    """A Python function (rng_key, *inputs) -> tuple of outputs that evaluates `gm` with `table`'s lowerings."""
+    nodes = list(gm.graph.nodes)
+
+    def run(rng_key: jax.Array | None, *inputs: Any) -> tuple:
+        env: dict[fx.Node, Any] = {}
+        it = iter(inputs)
+        key = rng_key
+
+        def value(a: Any) -> Any:
+            return fx.node.map_arg(a, lambda n: env[n])
+
+        for node in nodes:
+            if node.op == "placeholder":
+                env[node] = next(it)
+            elif node.op == "get_attr":
+                env[node] = constants[node.target]
+            elif node.op == "call_function":
+                args, kwargs = value(node.args), value(node.kwargs)
+                t = node.target
+                if t is operator.getitem:
+                    env[node] = args[0][args[1]]
+                elif t in SIZE_OPS:
+                    env[node] = SIZE_OPS[t](*args, **kwargs)
+                elif t in PYTHON_FUNCS:
+                    env[node] = t(*args, **kwargs)
+                else:
+                    low: Lowering = table[t]
+                    if low.needs_rng:
+                        key, sub = jax.random.split(key)
+                        kwargs = {**kwargs, "rng_key": sub}
+                    env[node] = low.fn(*args, **kwargs)
+            elif node.op == "output":
+                out = value(node.args[0])
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+            else:
+                raise NotImplementedError(f"tpu graph: FX node kind '{node.op}' ({node.target}) is not supported")
+        raise ValueError("graph has no output node")
+
+    return run
+
+
+@dataclass
+class JaxGraph:
+    """A graph lowered to JAX: call with the graph's inputs (JAX arrays and Python sizes) to get its outputs.
+
+    Compiled once per input signature (shapes, dtypes, static sizes); each new signature records a
+    "compile" event and, after the first, a "recompile" event. Outputs that are sizes rather than
+    arrays are computed during tracing and returned from a per-signature table.
+    """
+
+    name: str
+    fn: Callable[..., tuple]
+    uses_rng: bool
+    static_positions: tuple[int, ...]
+    signatures: dict[tuple, tuple] = field(default_factory=dict)
+    _jitted: Callable | None = None
+    _static_out: dict[tuple, dict[int, Any]] = field(default_factory=dict)
+    _has_static_out: bool = False
+
+    def __post_init__(self) -> None:
+        shift = 1  # argument 0 of the jitted function is the RNG key
+        self._jitted = jax.jit(self._traced, static_argnums=tuple(p + shift for p in self.static_positions))
+
+    def _traced(self, rng_key: jax.Array | None, *inputs: Any) -> tuple:
+        outs = self.fn(rng_key, *inputs)
+        static = {i: o for i, o in enumerate(outs) if o is not None and not _is_array(o)}
+        if static:
+            self._has_static_out = True
+            self._static_out[self._signature(inputs)] = static
+            return tuple(None if i in static else o for i, o in enumerate(outs))
+        return outs
+
+    def _signature(self, inputs: Sequence[Any]) -> tuple:
+        return tuple((tuple(a.shape), str(a.dtype)) if _is_array(a) else ("static", a) for a in inputs)
+
+    def __call__(self, *inputs: Any, rng_key: jax.Array | None = None) -> tuple:
+        """Run the compiled graph on `inputs` (and a `jax.random` key when `uses_rng`)."""
+        sig = self._signature(inputs) if (self.static_positions or not self.signatures or self._has_static_out) else None
+        if sig is not None and sig not in self.signatures:
+            if self.signatures:
+                events.record("recompile", f"{self.name}: new input signature")
+            events.record("compile", self.name)
+            self.signatures[sig] = sig
+        outs = self._jitted(rng_key, *inputs)
+        if self._has_static_out:
+            for i, v in self._static_out[sig].items():
+                outs = outs[:i] + (v,) + outs[i + 1 :]
+        return outs
+
+
+def jaxify(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any] | None = None,
+    *,
+    name: str = "graph",
+    table: dict | None = None,
+    to_jax: Callable[[torch.Tensor], jax.Array] | None = None,
+) -> JaxGraph:
+    """Lower ATen graph `gm` to a `JaxGraph`; raises MissingLoweringError naming every op without a lowering.
+
+    `example_inputs` (real, fake or symbolic) mark which placeholders are sizes (static arguments);
+    without them, placeholders whose FX meta value is not a tensor are taken as sizes. `to_jax` converts
+    tensor constants (get_attr); by default CPU tensors go through numpy and `tpu` tensors through the backend.
+    """
+    table = LOWERINGS if table is None else table
+    missing = missing_lowerings(gm, table)
+    if missing:
+        raise MissingLoweringError(missing, name)
+    conv = to_jax or default_to_jax
+    constants = {
+        n.target: _constant(_fetch_attr(gm, n.target), conv) for n in gm.graph.nodes if n.op == "get_attr"
+    }
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if example_inputs is not None:
+        static = tuple(i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor))
+    else:
+        static = tuple(
+            i for i, n in enumerate(placeholders) if not isinstance(n.meta.get("val", n.meta.get("example_value")),
+                                                                    torch.Tensor)
+            and ("val" in n.meta or "example_value" in n.meta)
+        )
+    uses_rng = any(
+        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and table[n.target].needs_rng
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target in table
+    )
+    return JaxGraph(name=name, fn=interpret(gm, table, constants), uses_rng=uses_rng, static_positions=static)
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def default_to_jax(t: torch.Tensor) -> jax.Array:
+    """A JAX array for tensor `t`: the backend's own array for `tpu` tensors, a host copy for CPU ones."""
+    if t.device.type == "cpu":
+        from tputool.backend.graph.host import cpu_to_jax
+
+        return cpu_to_jax(t)
+    from tputool.backend.tensor import to_jax
+
+    return to_jax(t)
