@@ -1,1 +1,47 @@
-"""tputool.diagnose"""
+"""tputool diagnose: run a training script on the tpu backend in a child process and report what slows it.
+
+`diagnose(script, args)` returns a Report of runtime findings (graph breaks, recompiles, host syncs, CPU
+fallbacks, float64/float16, MXU padding, fused-eager flushes, host-to-device volume) plus the static findings
+of `check` for the same file. Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tputool.diagnose.model import Finding, Report
+from tputool.errors import UserError
+
+__all__ = ["Finding", "Report", "diagnose"]
+
+
+def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 600.0, max_steps: int | None = None,
+             static_only: bool = False, include_static: bool = True, script_output_to_stderr: bool = False) -> Report:
+    """Run `script args` under observation (or only analyse it statically) and build the report."""
+    from tputool.diagnose.static import merge, static_findings
+
+    if not os.path.isfile(script):
+        raise UserError(f"no such script: {script}")
+    if max_steps is not None and max_steps < 1:
+        raise UserError("--max-steps must be at least 1")
+    if timeout_s <= 0:
+        raise UserError("--timeout must be positive")
+    static, note = [], None
+    if include_static or static_only:
+        try:
+            static = static_findings(script)
+        except ModuleNotFoundError as e:  # check's Python rules not installed in this build
+            if not (e.name or "").startswith("tputool."):
+                raise
+            note = f"static analysis unavailable ({e.name} is missing)"
+    if static_only:
+        return Report(os.path.abspath(script), "static", 0, 0, None, static, static_only=True, note=note)
+
+    from tputool.diagnose.analyze import findings_from_record
+    from tputool.diagnose.runner import run_child
+
+    rec = run_child(script, list(args or []), timeout_s, max_steps, script_output_to_stderr)
+    findings = merge(findings_from_record(rec), static)
+    return Report(rec.get("script", os.path.abspath(script)), rec["status"], int(rec.get("exit_code") or 0),
+                  int(rec.get("steps") or 0), round(rec["wall_s"], 3), findings, rec.get("error"),
+                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note)

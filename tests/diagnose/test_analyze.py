@@ -1,0 +1,102 @@
+"""The record -> findings step, on hand-made records (no child process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tputool.codemods.model import Severity
+from tputool.diagnose.analyze import classify_recompile, findings_from_record
+from tputool.diagnose.model import Report
+from tputool.diagnose.report import verdict
+
+
+def _rec(**kw):
+    base = {"script": "/u/train.py", "status": "ok", "exit_code": 0, "steps": 10, "devices": ["cpu"]}
+    return {**base, **kw}
+
+
+def _sync(kind=".item()", device="cpu", direct=True, count=10, steps_seen=10, line=5):
+    return {"kind": kind, "file": "/u/train.py", "line": line, "device": device, "direct": direct, "count": count,
+            "steps_seen": steps_seen}
+
+
+@pytest.mark.parametrize("reason, klass", [
+    ("0/1: tensor 'x' size mismatch at index 1. expected 8, actual 16", "changing input shapes"),
+    ("1/0: s == 1.0                              # return t * s  # x.py:10 in g", "a changing Python scalar"),
+    ("2/0: tensor 't' dtype mismatch. expected Float, actual Double", "changing dtype"),
+    ("2/0: tensor 't' requires_grad mismatch. expected requires_grad=0", "changing requires_grad"),
+    ("3/0: len(L['xs']) == 3", "a changing list/tuple length"),
+    ("4/0: something nobody predicted", "another guard failed"),
+])
+def test_recompile_classes(reason, klass):
+    assert classify_recompile(reason)[0] == klass
+
+
+def test_sync_every_step_is_a_warning_with_rate():
+    (f,) = findings_from_record(_rec(host_syncs=[_sync(count=20, steps_seen=10)]))
+    assert (f.code, f.severity, f.line, f.per_step) == ("TPU803", Severity.WARNING, 5, 2.0)
+
+
+def test_one_off_sync_is_info():
+    (f,) = findings_from_record(_rec(host_syncs=[_sync(count=1, steps_seen=1)]))
+    assert (f.code, f.severity) == ("TPU813", Severity.INFO)
+
+
+def test_cpu_syncs_dropped_on_device_runs_and_inside_libraries():
+    rec = _rec(devices=["cpu", "tpu"], host_syncs=[_sync(device="cpu"), _sync(device="tpu", line=7)])
+    assert [f.line for f in findings_from_record(rec)] == [7]
+    rec = _rec(host_syncs=[_sync(direct=False), _sync(line=9)])
+    assert [f.line for f in findings_from_record(rec)] == [9]
+
+
+def test_padding_message_and_fraction():
+    rec = _rec(shapes=[{"op": "linear", "file": "/u/m.py", "line": 3, "dims": {"M": 8, "K": 100, "N": 128},
+                        "count": 4}])
+    (f,) = findings_from_record(rec)
+    assert f.code == "TPU807" and f.severity == Severity.INFO
+    assert "K 100->128" in f.message and f.extra["padding"] == pytest.approx(1 - 100 / 128, abs=1e-3)
+
+
+def test_recompile_storm_hits_limit():
+    compiles = [{"function": "f", "resume_at": None, "file": "/u/t.py", "line": 4, "user": True, "ops": 2,
+                 "recompile_reason": None if i == 0 else f"0/{i - 1}: tensor 'x' size mismatch at index 0. "
+                 f"expected {i}, actual {i + 1}"} for i in range(8)]
+    (f,) = findings_from_record(_rec(compiles=compiles, recompile_limit=8))
+    assert f.code == "TPU802" and f.count == 7 and f.extra["hit_limit"]
+    assert "recompile limit" in f.message and "mark_dynamic" in f.fix
+
+
+def test_single_recompile_is_info_and_library_compiles_ignored():
+    compiles = [{"function": "f", "resume_at": None, "file": "/u/t.py", "line": 4, "user": True, "ops": 2,
+                 "recompile_reason": r} for r in (None, "0/0: tensor 'x' size mismatch at index 0")]
+    compiles.append({**compiles[1], "user": False, "file": "/site-packages/lib.py"})
+    (f,) = findings_from_record(_rec(compiles=compiles, recompile_limit=8))
+    assert f.severity == Severity.INFO and f.file == "/u/t.py"
+
+
+def test_backend_events():
+    events = [{"kind": "fallback", "detail": "aten::foo", "file": "/u/t.py", "line": 3, "count": 10, "amount": 10},
+              {"kind": "transfer_h2d", "detail": "", "file": "/u/t.py", "line": 8, "count": 10,
+               "amount": 10 * 4 * 1024 * 1024},
+              {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10}]
+    by = {f.code: f for f in findings_from_record(_rec(events=events))}
+    assert by["TPU804"].severity == Severity.WARNING and "aten::foo" in by["TPU804"].message
+    assert "4.0 MiB per step" in by["TPU809"].message
+    assert by["TPU808"].per_step == 1.0
+
+
+def test_failed_script_points_at_innermost_user_frame_and_verdict():
+    err = {"type": "ValueError", "message": "bad", "traceback": [
+        {"file": "/u/t.py", "line": 3, "function": "<module>", "text": "f()"},
+        {"file": "/u/t.py", "line": 9, "function": "f", "text": "raise ValueError('bad')"}]}
+    fs = findings_from_record(_rec(status="error", exit_code=1, error=err))
+    assert [(f.code, f.line, f.severity) for f in fs] == [("TPU810", 9, Severity.ERROR)]
+    rep = Report("/u/t.py", "error", 1, 0, 1.0, fs, err)
+    assert rep.script_failed and verdict(rep).startswith("The script failed: ValueError: bad")
+
+
+def test_verdict_counts_problems():
+    fs = findings_from_record(_rec(host_syncs=[_sync(), _sync(line=6, count=1, steps_seen=1)]))
+    rep = Report("/u/train.py", "ok", 0, 10, 1.0, fs)
+    assert verdict(rep).startswith("1 problem slows this script on TPU: host sync inside the step loop")
+    assert verdict(Report("/u/train.py", "ok", 0, 10, 1.0, [])) == "No problems found that slow this script on TPU."

@@ -1,0 +1,43 @@
+"""Each fixture script has exactly one known problem: diagnose must find it at the marked line, and only it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnose.conftest import FIXTURES, expected, tpu_available
+from tputool.codemods.model import Severity
+from tputool.diagnose import diagnose
+
+PROBLEM_FIXTURES = ["host_sync.py", "float64.py", "graph_break.py", "recompile.py"]
+
+
+def _problems(report) -> set[tuple[str, int]]:
+    return {(f.name, f.line) for f in report.findings if f.severity >= Severity.WARNING}
+
+
+@pytest.mark.parametrize("name", PROBLEM_FIXTURES)
+def test_fixture_problem_found_at_marked_line(name):
+    path = FIXTURES / name
+    want = expected(path)
+    assert want, f"{name} has no # expect: marker"
+    report = diagnose(str(path), include_static=False)
+    assert report.status == "ok", report.error
+    assert _problems(report) == want
+    assert all(f.file == str(path) for f in report.findings if f.severity >= Severity.WARNING)
+
+
+def test_clean_fixture_has_no_warning_or_error():
+    report = diagnose(str(FIXTURES / "clean.py"), include_static=False)
+    assert report.status == "ok"
+    assert report.steps == 4
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+
+
+@pytest.mark.skipif(not tpu_available(), reason="needs the bundled tpu device (CPU fallbacks only exist there)")
+def test_unsupported_op_falls_back_to_cpu():
+    path = FIXTURES / "unsupported_op.py"
+    report = diagnose(str(path), include_static=False)
+    assert report.status == "ok", report.error
+    assert expected(path) <= _problems(report)
+    fb = [f for f in report.findings if f.code == "TPU804"]
+    assert fb and "double_it" in fb[0].message

@@ -1,0 +1,113 @@
+"""The diagnose child: `python -m tputool.diagnose._child --record OUT.json [...] -- SCRIPT [ARGS...]`.
+
+Runs SCRIPT as `__main__` (runpy) with the observers installed, and whatever happens (normal end, an
+exception, SystemExit, --max-steps, the soft --timeout) writes one JSON record of the observations to
+OUT.json for the parent (`tputool.diagnose.runner`). The record's fields are listed in `record.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+
+
+class SoftTimeout(BaseException):
+    """Raised in the main thread when --timeout expires, so the record is still written."""
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise SoftTimeout()
+
+
+def _events_record() -> dict:
+    """Backend events (tputool.backend.events), aggregated by kind, detail and user location."""
+    events = sys.modules.get("tputool.backend.events")
+    if events is None:
+        return {"events": [], "event_totals": {}}
+    agg: dict[tuple, dict] = {}
+    for e in events.log:
+        key = (e["kind"], e["detail"], e["file"], e["line"])
+        a = agg.setdefault(key, {"kind": key[0], "detail": key[1], "file": key[2], "line": key[3],
+                                 "count": 0, "amount": 0})
+        a["count"] += 1
+        a["amount"] += int(e.get("amount", 1))
+    totals: dict[str, int] = {}
+    for (kind, _), n in events.counts.items():
+        totals[kind] = totals.get(kind, 0) + n
+    return {"events": list(agg.values()), "event_totals": totals}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the script under observation and write the record; returns 0 unless the record failed."""
+    p = argparse.ArgumentParser(prog="tputool.diagnose._child")
+    p.add_argument("--record", required=True)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    ns = p.parse_args(argv)
+    script = os.path.abspath(ns.script)
+    os.environ["TPUTOOL_DIAGNOSE"] = "1"
+    t0 = time.perf_counter()
+
+    import torch  # noqa: F401 - loads the bundled backend before the script runs
+
+    from tputool.diagnose import dynamo
+    from tputool.diagnose.observe import Observer, StepCounter, StepLimitReached, wrap_from_numpy
+    from tputool.diagnose.userframes import UserFrames
+
+    frames = UserFrames(os.path.dirname(script))
+    steps = StepCounter(ns.max_steps)
+    steps.on_step.append(lambda n: dynamo.raise_metrics_limit() if n == 1 else None)
+    observer = Observer(frames, steps)
+    undo_numpy = wrap_from_numpy(frames, observer)
+    record: dict = {"script": script, "argv": list(ns.args), "max_steps": ns.max_steps, "timeout_s": ns.timeout,
+                    "status": "ok", "exit_code": 0, "error": None}
+    sys.argv = [script, *ns.args]
+    sys.path.insert(0, os.path.dirname(script))
+    if ns.timeout:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, ns.timeout)
+    t_start = time.perf_counter()
+    steps.install()
+    observer.__enter__()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except StepLimitReached:
+        record["status"] = "step_limit"
+    except SoftTimeout:
+        record["status"] = "timeout"
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        record["exit_code"] = code
+        if code != 0:
+            record["status"] = "error"
+            record["error"] = {"type": "SystemExit", "message": str(e.code), "traceback": []}
+    except BaseException as e:  # noqa: BLE001 - any failure of the user's script goes into the record
+        record["status"] = "error"
+        record["exit_code"] = 1
+        record["error"] = {"type": type(e).__name__, "message": str(e),
+                           "traceback": frames.trim_traceback(e.__traceback__)}
+    finally:
+        if ns.timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        observer.__exit__(None, None, None)
+        steps.remove()
+        undo_numpy()
+    t_end = time.perf_counter()
+    record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0})
+    record.update(observer.to_record())
+    record.update(dynamo.collect(frames))
+    record.update(_events_record())
+    with open(ns.record, "w") as f:
+        json.dump(record, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

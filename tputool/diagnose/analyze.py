@@ -1,0 +1,208 @@
+"""Turn the child's record (raw observations) into findings: severity, code, user file:line, message, fix."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tputool.codemods.model import Severity
+from tputool.diagnose.model import Finding
+from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX
+
+# Dynamo guard-failure text -> (class of recompile, the fix). First match wins.
+RECOMPILE_CLASSES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"size mismatch|stride mismatch|\.size\(\)\[|\.stride\(\)\["), "changing input shapes",
+     "pad the varying dimension to a few fixed buckets (e.g. multiples of 64), or "
+     "torch._dynamo.mark_dynamic(x, dim)"),
+    (re.compile(r"dtype mismatch"), "changing dtype", "cast the inputs to one dtype before the call"),
+    (re.compile(r"requires_grad mismatch"), "changing requires_grad",
+     "call it with the same requires_grad each time (or always under torch.no_grad())"),
+    (re.compile(r"device mismatch"), "changing device", "move every input to the tpu device before the call"),
+    (re.compile(r"len\("), "a changing list/tuple length", "keep the container length fixed"),
+    (re.compile(r"(^|\s)\S+\s*==\s*-?[0-9][0-9.e+-]*\s|(^|\s)\S+\s*==\s*-?[0-9][0-9.e+-]*$"),
+     "a changing Python scalar", "pass the scalar as a tensor (torch.tensor(v, device=...)) so it is an input"),
+    (re.compile(r"___check_obj_id|___check_type_id|\bid\("), "a different object each call",
+     "reuse the same module/function object instead of building a new one per call"),
+    (re.compile(r"grad_mode|GLOBAL_STATE|autocast"), "changing global state (grad mode, autocast)",
+     "keep grad mode and autocast the same around each call"),
+)
+_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+
+
+def classify_recompile(reason: str) -> tuple[str, str]:
+    """The class of a recompile reason ("changing input shapes", ...) and the fix for it."""
+    text = _COMPILE_ID.sub("", reason.split("\n", 1)[0]).strip()
+    for pattern, klass, fix in RECOMPILE_CLASSES:
+        if pattern.search(text):
+            return klass, fix
+    return "another guard failed", FIX["TPU802"]
+
+
+def _finding(code: str, file: str, line: int, message: str, *, count: int = 1, steps: int = 0,
+             severity: Severity | None = None, fix: str | None = None, **extra: object) -> Finding:
+    rule = BY_CODE[code]
+    return Finding(severity or rule.severity, code, rule.name, file, line, message, fix or FIX[code], count,
+                   round(count / steps, 2) if steps else None, "runtime", dict(extra))
+
+
+def _in_loop(count: int, steps_seen: int, steps: int) -> bool:
+    return steps_seen >= 2 if steps >= 2 else count >= 2
+
+
+def _host_syncs(rec: dict, steps: int) -> list[Finding]:
+    device_run = any(d not in ("cpu", "meta") for d in rec.get("devices", []))
+    out, seen = [], set()
+    for s in rec.get("host_syncs", []):
+        if s["device"] == "cpu" and (device_run or not s.get("direct", True)):
+            continue  # syncs of CPU tensors cost nothing on a tpu run, nor inside libraries on a CPU stand-in run
+        seen.add((s["file"], s["line"]))
+        if _in_loop(s["count"], s["steps_seen"], steps):
+            rate = f"{s['count'] / steps:.1f}x per step, " if steps else ""
+            out.append(_finding("TPU803", s["file"], s["line"],
+                                f"{s['kind']} waits for the device and copies to the host ({rate}{s['count']} times)",
+                                count=s["count"], steps=steps, kind=s["kind"]))
+        else:
+            out.append(_finding("TPU813", s["file"], s["line"], f"{s['kind']} syncs the host once (outside the loop)",
+                                count=s["count"], kind=s["kind"]))
+    for e in rec.get("events", []):
+        if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:
+            out.append(_finding("TPU803", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
+                                f"{e['count']} times", count=e["count"], steps=steps, kind=e["detail"]))
+    return out
+
+
+def _dtypes(rec: dict, steps: int) -> list[Finding]:
+    out = []
+    for d in rec.get("dtypes", []):
+        code = "TPU805" if d["dtype"] == "float64" else "TPU806"
+        out.append(_finding(code, d["file"], d["line"], f"{d['op']} creates {d['dtype']} tensors ({d['count']} times)",
+                            count=d["count"], steps=steps, op=d["op"]))
+    for d in rec.get("dynamic_shapes", []):
+        out.append(_finding("TPU812", d["file"], d["line"], f"{d['op']} has a data-dependent output shape "
+                            f"({d['count']} times)", count=d["count"], steps=steps, op=d["op"]))
+    return out
+
+
+def _padded(dims: dict) -> tuple[list[str], float]:
+    """Which dims pad (as 'K 100->128') and the fraction of the padded matmul that is padding."""
+    parts, real, padded = [], 1, 1
+    for d, v in dims.items():
+        m = DIM_MULTIPLE[d]
+        p = max(m, math.ceil(v / m) * m)
+        real, padded = real * v, padded * p
+        if v % m:
+            parts.append(f"{d} {v}->{p}")
+    return parts, 1 - real / padded if padded else 0.0
+
+
+def _shapes(rec: dict, steps: int) -> list[Finding]:
+    groups: dict[tuple[str, str, int], list[dict]] = {}
+    for s in rec.get("shapes", []):
+        groups.setdefault((s["op"], s["file"], s["line"]), []).append(s)
+    out = []
+    for (op, file, line), items in groups.items():
+        items.sort(key=lambda s: -s["count"])
+        top = items[0]
+        pads, waste = _padded(top["dims"])
+        dims = ", ".join(f"{k}={v}" for k, v in top["dims"].items())
+        more = f" (+{len(items) - 1} other shapes)" if len(items) > 1 else ""
+        count = sum(s["count"] for s in items)
+        out.append(_finding("TPU807", file, line, f"{op} {dims}{more}: pads {', '.join(pads)}, "
+                            f"{waste:.0%} of the MXU work is padding", count=count, steps=steps, op=op,
+                            dims=top["dims"], padding=round(waste, 3)))
+    return out
+
+
+def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
+    out = []
+    for b in rec.get("graph_breaks", []):
+        split = ""
+        if b.get("ops_before") is not None or b.get("ops_after") is not None:
+            split = f"; splits {b['function']}() into graphs of {b.get('ops_before') or 0} and " \
+                    f"{b.get('ops_after') or 0} ops"
+        out.append(_finding("TPU801", b["file"], b["line"], f"graph break in {b['function']}(): {b['reason']}{split}",
+                            count=b["compiles"], reason=b["reason"], ops_before=b.get("ops_before"),
+                            ops_after=b.get("ops_after")))
+    return out
+
+
+def _recompiles(rec: dict) -> list[Finding]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for c in rec.get("compiles", []):
+        if c.get("user"):
+            groups.setdefault((c["file"], c["function"]), []).append(c)
+    limit = rec.get("recompile_limit")
+    out = []
+    for (file, function), cs in groups.items():
+        recompiles = [c for c in cs if c.get("recompile_reason")]
+        if not recompiles:
+            continue
+        classes: dict[str, tuple[int, str, str]] = {}
+        for c in recompiles:
+            klass, fix = classify_recompile(c["recompile_reason"])
+            n, _, example = classes.get(klass, (0, fix, c["recompile_reason"]))
+            classes[klass] = (n + 1, fix, example)
+        main_class, (_, fix, example) = max(classes.items(), key=lambda kv: kv[1][0])
+        line = min(c["line"] for c in cs if c["resume_at"] is None) if any(c["resume_at"] is None for c in cs) \
+            else cs[0]["line"]
+        n = len(recompiles)
+        hit = limit is not None and max(sum(1 for c in cs if c["resume_at"] == r) for r in
+                                        {c["resume_at"] for c in cs}) >= limit
+        guard = _COMPILE_ID.sub("", example.split("\n", 1)[0]).strip()
+        msg = f"{function}() recompiled {n} times, {main_class} (guard: {guard})"
+        if hit:
+            msg += f"; hit the recompile limit ({limit}), so it now runs uncompiled"
+        out.append(_finding("TPU802", file, line, msg, count=n, fix=fix,
+                            severity=Severity.WARNING if n >= 2 or hit else Severity.INFO,
+                            classes={k: v[0] for k, v in classes.items()}, hit_limit=hit))
+    return out
+
+
+def _events(rec: dict, steps: int) -> list[Finding]:
+    out = []
+    groups: dict[tuple[str, str, str, int], list[int]] = {}
+    for e in rec.get("events", []):
+        if e["kind"] in ("fallback", "flush", "transfer_h2d"):
+            g = groups.setdefault((e["kind"], e["detail"], e["file"], e["line"]), [0, 0])
+            g[0] += e["count"]
+            g[1] += e["amount"]
+    for (kind, detail, file, line), (n, amount) in groups.items():
+        if kind == "fallback":
+            out.append(_finding("TPU804", file, line, f"{detail} ran on the CPU ({n} times)", count=n, steps=steps,
+                                op=detail))
+        elif kind == "flush":
+            out.append(_finding("TPU808", file, line, f"fused eager flushed: {detail} ({n} times)", count=n,
+                                steps=steps, reason=detail))
+        else:
+            per = f"{_bytes(amount / steps)} per step, " if steps else ""
+            out.append(_finding("TPU809", file, line, f"copies {per}{_bytes(amount)} in all to the device "
+                                f"({n} transfers)", count=n, steps=steps, bytes=amount))
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _run_status(rec: dict) -> list[Finding]:
+    out = []
+    err = rec.get("error")
+    if rec.get("status") in ("error", "crashed") and err:
+        tb = err.get("traceback") or []
+        file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.get("script", "?"), 0)
+        out.append(_finding("TPU810", file, line, f"{err['type']}: {err['message']}".strip().rstrip(":")))
+    if rec.get("status") == "timeout":
+        out.append(_finding("TPU811", rec.get("script", "?"), 0,
+                            f"stopped after {rec.get('timeout_s')} s ({rec.get('steps', 0)} steps ran)"))
+    return out
+
+
+def findings_from_record(rec: dict) -> list[Finding]:
+    """Every runtime finding the record supports, unsorted."""
+    steps = int(rec.get("steps") or 0)
+    return [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
+            *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps)]

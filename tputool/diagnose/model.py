@@ -1,0 +1,53 @@
+"""The diagnose report's data: findings (runtime and static) and the report around them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tputool.codemods.model import Severity
+
+
+@dataclass
+class Finding:
+    """One problem at one user file:line: what was seen, how often, and the concrete fix."""
+
+    severity: Severity
+    code: str  # TPU8xx for runtime-only rules, the check code for static findings
+    name: str  # the rule's kebab-case name
+    file: str
+    line: int
+    message: str
+    fix: str
+    count: int = 1
+    per_step: float | None = None  # count / optimizer steps, where steps ran
+    source: str = "runtime"  # "runtime" | "static"
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    """Everything one diagnose run found, plus the run's facts (status, steps, time, trimmed traceback)."""
+
+    script: str
+    status: str  # ok | error | step_limit | timeout | crashed | static
+    exit_code: int
+    steps: int
+    wall_s: float | None
+    findings: list[Finding]
+    error: dict | None = None
+    run_s: float | None = None
+    devices: list[str] = field(default_factory=list)
+    static_only: bool = False
+    note: str | None = None  # e.g. why the static analysis was skipped
+
+    @property
+    def script_failed(self) -> bool:
+        """True when the user's script raised, exited non-zero or crashed the child."""
+        return self.status in ("error", "crashed")
+
+    def counts(self) -> dict[str, int]:
+        """Number of findings per severity name (error, warning, info)."""
+        out = {str(s): 0 for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
+        for f in self.findings:
+            out[str(f.severity)] += 1
+        return out

@@ -1,0 +1,114 @@
+"""Render a diagnose Report: a rich text report grouped by severity, or JSON for tools and CI.
+
+JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
+  schema: "tputool.diagnose/1"; script: path; status: ok | error | step_limit | timeout | crashed | static;
+  exit_code: the script's exit status; steps: optimizer steps run; wall_s / run_s: seconds (null for --static);
+  devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
+  verdict: the one-line summary; summary: {error, warning, info}: counts;
+  findings: [{severity: error|warning|info, code, name, file, line, message, fix, count, per_step (null when no
+  steps ran), source: runtime|static, extra: {...rule-specific...}}], most severe first;
+  error: null or {type, message, traceback: [{file, line, function, text}] (the user's frames only)}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tputool.codemods.model import Severity
+from tputool.diagnose.model import Finding, Report
+from tputool.diagnose.rules import BY_CODE
+
+SCHEMA = "tputool.diagnose/1"
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def display_path(path: str) -> str:
+    """`path` relative to the working directory when it lies under it, else unchanged."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Most severe first; then the most frequent; then by file and line."""
+    return sorted(findings, key=lambda f: (-int(f.severity), -(f.per_step or 0), -f.count, f.file, f.line, f.code))
+
+
+def _label(f: Finding) -> str:
+    return f"{BY_CODE[f.code].message if f.code in BY_CODE else f.name} ({display_path(f.file)}:{f.line})"
+
+
+def verdict(report: Report) -> str:
+    """The one-line summary at the top of the report."""
+    problems = [f for f in report.findings if f.severity >= Severity.WARNING and f.code != "TPU810"]
+    notes = sum(1 for f in report.findings if f.severity == Severity.INFO)
+    tail = f" ({notes} note{'s' * (notes != 1)})" if notes else ""
+    if report.script_failed:
+        err = report.error or {}
+        head = f"The script failed: {err.get('type', 'error')}: {err.get('message', '')}".rstrip(": ")
+        if problems:
+            head += f"; also {len(problems)} problem{'s' * (len(problems) != 1)} for TPU"
+        return head + tail
+    where = "this script" if not report.static_only else "this script (static analysis only)"
+    if not problems:
+        return f"No problems found that slow {where} on TPU{tail}."
+    top = "; ".join(_label(f) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
+    n = len(problems)
+    return f"{n} problem{'s' * (n != 1)} slow{'s' * (n == 1)} {where} on TPU: {top}{tail}"
+
+
+def _run_line(report: Report) -> str:
+    if report.static_only:
+        return "static analysis only (the script was not run)"
+    how = {"ok": "finished", "step_limit": "stopped at --max-steps", "timeout": "stopped at --timeout",
+           "error": "failed", "crashed": "crashed"}.get(report.status, report.status)
+    devices = f" on {', '.join(report.devices)}" if report.devices else ""
+    secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
+    return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}; {how}"
+
+
+def to_json(report: Report) -> str:
+    """The report as JSON (schema tputool.diagnose/1)."""
+    doc = {
+        "schema": SCHEMA, "script": display_path(report.script), "status": report.status,
+        "exit_code": report.exit_code, "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
+        "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
+        "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.file),
+                      "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
+                      "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
+        "error": report.error and {**report.error, "traceback": [
+            {**fr, "file": display_path(fr["file"])} for fr in report.error.get("traceback", [])]},
+    }
+    return json.dumps(doc, indent=2)
+
+
+def render_text(report: Report, console: object) -> None:
+    """Print the report with rich: verdict, run facts, findings by severity, the trimmed traceback."""
+    from rich.markup import escape
+
+    c = console
+    c.print(f"[bold]{escape(verdict(report))}[/bold]")
+    c.print(f"[dim]{escape(display_path(report.script))}: {escape(_run_line(report))}[/dim]")
+    if report.note:
+        c.print(f"[dim]note: {escape(report.note)}[/dim]")
+    findings = sort_findings(report.findings)
+    for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO):
+        group = [f for f in findings if f.severity == sev]
+        if not group:
+            continue
+        c.print(f"\n[{_STYLE[sev]}]{str(sev).upper()}S ({len(group)})[/{_STYLE[sev]}]")
+        for f in group:
+            rate = f" [dim]{f.per_step:g}/step[/dim]" if f.per_step is not None and f.count > 1 else ""
+            c.print(f"  [{_STYLE[sev]}]{f.code}[/{_STYLE[sev]}] {escape(display_path(f.file))}:{f.line}  "
+                    f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
+            c.print(f"         [green]fix:[/green] {escape(f.fix)}")
+    if report.error and report.error.get("traceback"):
+        c.print("\n[bold red]Traceback (your frames only):[/bold red]")
+        for fr in report.error["traceback"]:
+            c.print(f"  {escape(display_path(fr['file']))}:{fr['line']} in {escape(fr['function'])}")
+            if fr.get("text"):
+                c.print(f"    {escape(fr['text'])}")
+        c.print(f"[red]{escape(report.error['type'])}: {escape(report.error['message'])}[/red]")

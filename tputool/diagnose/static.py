@@ -1,0 +1,50 @@
+"""The static side of diagnose: the findings `tputool check` reports for the script, as diagnose findings."""
+
+from __future__ import annotations
+
+import os
+
+from tputool.diagnose.model import Finding
+from tputool.diagnose.rules import BY_CODE
+
+
+def _fix_text(rule_doc: str, fixable: bool, path: str) -> str:
+    if fixable:
+        return f"`tputool port --write {path}` rewrites this"
+    for line in rule_doc.splitlines():
+        if "Fix:" in line:
+            return line.split("Fix:", 1)[1].strip() or line.strip()
+    return "see `tputool rules` for this code"
+
+
+def static_findings(script: str) -> list[Finding]:
+    """Run check's rules (with the project's [tool.tputool] config) over `script`; no execution."""
+    from tputool.codemods import engine
+    from tputool.codemods.config import load_config
+    from tputool.codemods.registry import all_rules
+
+    rules = all_rules()
+    cfg = load_config([script], None, rules.keys())
+    result = engine.run([script], cfg, want_diff=False, jobs=1)
+    out = []
+    for r in result.files:
+        for f in r.findings:
+            rule = rules.get(f.code)
+            out.append(Finding(f.severity, f.code, rule.name if rule else f.code, os.path.abspath(r.path), f.line,
+                               f.message, _fix_text(rule.doc if rule else "", f.fixable, r.display), 1, None,
+                               "static", {"col": f.col, "fixable": f.fixable,
+                                          "patterns": list(rule.patterns) if rule else []}))
+    return out
+
+
+def merge(runtime: list[Finding], static: list[Finding]) -> list[Finding]:
+    """Runtime findings plus the static ones that no runtime finding at the same line already covers.
+
+    Two findings cover the same thing when they share a row of cuda-patterns.md (e.g. row 76, host syncs).
+    """
+    covered: set[tuple[str, int, int]] = set()
+    for f in runtime:
+        for p in BY_CODE[f.code].patterns if f.code in BY_CODE else ():
+            covered.add((f.file, f.line, p))
+    return runtime + [s for s in static
+                      if not any((s.file, s.line, p) in covered for p in s.extra.get("patterns", []))]
