@@ -26,13 +26,23 @@ from tputool.backend.graph.jaxify import JaxGraph, jaxify
 _graph_ids = itertools.count()
 
 
+EXTRA_DECOMPOSED = (
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+    "native_batch_norm_backward", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update",
+)
+"""aten ops outside the core-ATen decomposition set that PyTorch can still decompose (used when not lowered)."""
+
+
 def _decompositions() -> dict:
-    """Core-ATen decompositions, minus ops that already have a JAX lowering (those stay whole)."""
-    from torch._decomp import core_aten_decompositions
+    """Core-ATen decompositions plus EXTRA_DECOMPOSED, minus ops that have a JAX lowering (those stay whole)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
 
     from tputool.backend.lowerings import LOWERINGS
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in LOWERINGS}
+    extra = get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA_DECOMPOSED if hasattr(torch.ops.aten, n)])
+    table = {**extra, **core_aten_decompositions()}
+    return {op: fn for op, fn in table.items() if op not in LOWERINGS}
 
 
 class CompiledGraph:
@@ -78,6 +88,9 @@ _aot_backend: Callable | None = None
 def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
     """The Dynamo backend "tpu": compile Dynamo's FX graph for the tpu device through AOTAutograd and JAX."""
     global _aot_backend
+    from tputool.backend.graph.install import watch_dynamo_events
+
+    watch_dynamo_events()
     if options:
         raise TypeError(f"backend 'tpu' takes no options, got {sorted(options)}")
     if _aot_backend is None:

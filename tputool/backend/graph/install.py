@@ -64,16 +64,27 @@ def sync_dynamo_events(*_: Any) -> None:
     from torch._dynamo.guards import guard_failures
 
     for reason, n in utils.counters.get("graph_break", {}).items():
-        new = n - _seen_breaks.get(reason, 0)
+        seen = _seen_breaks.get(reason, 0)
+        new = n - seen if n >= seen else n  # fewer than seen: torch._dynamo.reset() cleared the counters
         if new > 0:
             events.record("graph_break", str(reason).strip().splitlines()[0] if str(reason).strip() else "unknown",
                           amount=new)
             _seen_breaks[reason] = n
     for code, reasons in list(guard_failures.items()):
         start = _seen_failures.get(code, 0)
+        start = start if start <= len(reasons) else 0
         for reason in reasons[start:]:
             events.record("recompile", str(reason).splitlines()[0], function=getattr(code, "co_name", "?"))
         _seen_failures[code] = len(reasons)
+
+
+def watch_dynamo_events() -> None:
+    """Run `sync_dynamo_events` at the end of every Dynamo compile (again after `torch._dynamo.reset()`)."""
+    from torch._dynamo.callback import callback_handler, on_compile_end
+
+    sync_dynamo_events()
+    if sync_dynamo_events not in callback_handler.end_callbacks:
+        on_compile_end(sync_dynamo_events)
 
 
 def install() -> None:
@@ -82,7 +93,6 @@ def install() -> None:
     if _installed:
         return
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
-    from torch._dynamo.callback import on_compile_end
 
     from tputool.backend.graph import persistent_cache
     from tputool.backend.graph.dynamo_backend import tpu_backend
@@ -92,6 +102,6 @@ def install() -> None:
     wrapper = torch._TorchCompileInductorWrapper
     if not getattr(wrapper.__call__, "_tputool_routed", False):
         wrapper.__call__ = _route_inductor(wrapper.__call__)
-    on_compile_end(sync_dynamo_events)
+    watch_dynamo_events()
     persistent_cache.enable()
     _installed = True
