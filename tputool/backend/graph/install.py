@@ -94,6 +94,7 @@ def install() -> None:
         return
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
+    from tputool.backend import distributed
     from tputool.backend.graph import persistent_cache
     from tputool.backend.graph.dynamo_backend import tpu_backend
 
@@ -104,4 +105,5 @@ def install() -> None:
         wrapper.__call__ = _route_inductor(wrapper.__call__)
     watch_dynamo_events()
     persistent_cache.enable()
+    distributed.register()
     _installed = True
