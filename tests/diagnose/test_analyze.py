@@ -100,3 +100,8 @@ def test_verdict_counts_problems():
     rep = Report("/u/train.py", "ok", 0, 10, 1.0, fs)
     assert verdict(rep).startswith("1 problem slows this script on TPU: host sync inside the step loop")
     assert verdict(Report("/u/train.py", "ok", 0, 10, 1.0, [])) == "No problems found that slow this script on TPU."
+
+
+def test_periodic_logging_sync_is_only_a_note():
+    (f,) = findings_from_record(_rec(steps=200, host_syncs=[_sync(count=4, steps_seen=4)]))
+    assert (f.code, f.severity) == ("TPU813", Severity.INFO) and "periodic" in f.message

@@ -45,8 +45,18 @@ def _finding(code: str, file: str, line: int, message: str, *, count: int = 1, s
                    round(count / steps, 2) if steps else None, "runtime", dict(extra))
 
 
-def _in_loop(count: int, steps_seen: int, steps: int) -> bool:
-    return steps_seen >= 2 if steps >= 2 else count >= 2
+# A sync seen in at least this fraction of the optimizer steps is "every step"; rarer repeated syncs are
+# periodic logging (the recommended pattern) and only a note.
+EVERY_STEP_FRACTION = 0.25
+
+
+def _sync_class(count: int, steps_seen: int, steps: int) -> str:
+    """"loop" (in most steps), "periodic" (repeated, in few steps) or "once"."""
+    if steps >= 2:
+        if steps_seen >= 2 and steps_seen >= EVERY_STEP_FRACTION * steps:
+            return "loop"
+        return "periodic" if steps_seen >= 2 else "once"
+    return "loop" if count >= 2 else "once"
 
 
 def _host_syncs(rec: dict, steps: int) -> list[Finding]:
@@ -56,13 +66,16 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
         if s["device"] == "cpu" and (device_run or not s.get("direct", True)):
             continue  # syncs of CPU tensors cost nothing on a tpu run, nor inside libraries on a CPU stand-in run
         seen.add((s["file"], s["line"]))
-        if _in_loop(s["count"], s["steps_seen"], steps):
+        klass = _sync_class(s["count"], s["steps_seen"], steps)
+        if klass == "loop":
             rate = f"{s['count'] / steps:.1f}x per step, " if steps else ""
             out.append(_finding("TPU803", s["file"], s["line"],
                                 f"{s['kind']} waits for the device and copies to the host ({rate}{s['count']} times)",
                                 count=s["count"], steps=steps, kind=s["kind"]))
         else:
-            out.append(_finding("TPU813", s["file"], s["line"], f"{s['kind']} syncs the host once (outside the loop)",
+            how = (f"in {s['steps_seen']} of {steps} steps (periodic, fine)" if klass == "periodic"
+                   else "once (outside the loop)")
+            out.append(_finding("TPU813", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
     for e in rec.get("events", []):
         if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:

@@ -72,6 +72,7 @@ DYNAMIC_SHAPE_CALLS: dict[Any, str] = {
     _T.masked_select: "masked_select", torch.unique_consecutive: "unique_consecutive",
 }
 # torch's own files between a user's call and the mode (Python-level Tensor methods, the override machinery).
+_TPUTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _DISPATCH_FILES = (os.path.join("torch", "overrides.py"), os.path.join("torch", "_tensor.py"),
                    os.path.join("torch", "_tensor_str.py"))
 _WATCHED_DTYPES = {torch.float64: "float64", torch.float16: "float16"}
@@ -122,6 +123,7 @@ SHAPE_CALLS: dict[Any, Callable[[tuple, dict], tuple[str, dict] | None]] = {
     torch.baddbmm: _addmm, torch.conv1d: _conv, torch.conv2d: _conv, torch.conv3d: _conv,
     torch._C._nn.scaled_dot_product_attention: _sdpa,
 }
+_WATCHED_CALLS = frozenset((*SYNC_CALLS, *DYNAMIC_SHAPE_CALLS, *SHAPE_CALLS, _T.to, _T.__getitem__))
 
 
 def _device_type(t: Any) -> str:
@@ -170,34 +172,36 @@ class Observer(TorchFunctionMode):
             kwargs = {}
         if torch.compiler.is_compiling():
             return func(*args, **kwargs)
-        kind = SYNC_CALLS.get(func)
-        if kind is not None and not (func is _T.cpu and _device_type(args[0]) == "cpu"):
-            self._sync(kind, args)
-        elif func is _T.to and args and _is_cpu_target(args, kwargs) and _device_type(args[0]) != "cpu":
-            self._sync(".to('cpu')", args)
-        elif func is _T.__getitem__ and len(args) > 1 and _bool_index(args[1]):
-            self._dynamic("boolean-mask indexing")
-        else:
-            dyn = DYNAMIC_SHAPE_CALLS.get(func)
-            if dyn is not None:
-                self._dynamic(dyn)
-            shape = SHAPE_CALLS.get(func)
-            if shape is not None:
-                self._shape(shape, args, kwargs)
+        if func in _WATCHED_CALLS:
+            kind = SYNC_CALLS.get(func)
+            if kind is not None and not (func is _T.cpu and _device_type(args[0]) == "cpu"):
+                self._sync(kind, args)
+            elif func is _T.to and args and _is_cpu_target(args, kwargs) and _device_type(args[0]) != "cpu":
+                self._sync(".to('cpu')", args)
+            elif func is _T.__getitem__ and len(args) > 1 and _bool_index(args[1]):
+                self._dynamic("boolean-mask indexing")
+            else:
+                dyn = DYNAMIC_SHAPE_CALLS.get(func)
+                if dyn is not None:
+                    self._dynamic(dyn)
+                shape = SHAPE_CALLS.get(func)
+                if shape is not None:
+                    self._shape(shape, args, kwargs)
         out = func(*args, **kwargs)
         if isinstance(out, _T):
-            self.devices.add(out.device.type)
+            if func is _T.to or "device" in kwargs:
+                self.devices.add(out.device.type)
             name = _WATCHED_DTYPES.get(out.dtype)
             if name is not None and not _has_dtype(args, kwargs, out.dtype):
                 self._dtype(name, func)
         return out
 
     def _sync(self, kind: str, args: tuple) -> None:
-        loc = self.frames.location(2)
+        origin = self._origin(sys._getframe(2))
+        loc = self.frames.location(2) if origin != "tputool" else None
         if loc is None:
             return
-        direct = self._direct_caller(sys._getframe(2))
-        key = (kind, loc[0], loc[1], _device_type(args[0]) if args else "?", direct)
+        key = (kind, loc[0], loc[1], _device_type(args[0]) if args else "?", origin == "user")
         rec = self.syncs.get(key)
         step = self.steps.steps
         if rec is None:
@@ -208,14 +212,20 @@ class Observer(TorchFunctionMode):
                 rec[1] += 1
                 rec[2] = step
 
-    def _direct_caller(self, f: FrameType | None) -> bool:
-        """True when the user's own code made the call (not a library such as torch.optim on its behalf)."""
+    def _origin(self, f: FrameType | None) -> str:
+        """Who made the call: "user" (the script's own code), "tputool" (our backend: not the user's doing),
+        or "lib" (a library such as torch.optim on the user's behalf)."""
         while f is not None and f.f_code.co_filename.endswith(_DISPATCH_FILES):
             f = f.f_back
-        return f is not None and self.frames.is_user(f.f_code.co_filename)
+        if f is None:
+            return "lib"
+        name = f.f_code.co_filename
+        if name.startswith(_TPUTOOL_DIR):
+            return "tputool"
+        return "user" if self.frames.is_user(name) else "lib"
 
     def _dynamic(self, op: str) -> None:
-        loc = self.frames.location(2)
+        loc = self.frames.location(2) if self._origin(sys._getframe(2)) != "tputool" else None
         if loc is not None:
             key = (op, *loc)
             self.dynamic[key] = self.dynamic.get(key, 0) + 1
@@ -228,13 +238,13 @@ class Observer(TorchFunctionMode):
         bad = {d: v for d, v in dims.items() if v % DIM_MULTIPLE[d]}
         if not bad:
             return
-        loc = self.frames.location(2)
+        loc = self.frames.location(2) if self._origin(sys._getframe(2)) != "tputool" else None
         if loc is not None:
             key = (op, loc[0], loc[1], ",".join(f"{d}={v}" for d, v in dims.items()))
             self.shapes[key] = self.shapes.get(key, 0) + 1
 
     def _dtype(self, name: str, func: Any) -> None:
-        loc = self.frames.location(2)
+        loc = self.frames.location(2) if self._origin(sys._getframe(2)) != "tputool" else None
         if loc is not None:
             key = (name, getattr(func, "__name__", str(func)), *loc)
             self.dtypes[key] = self.dtypes.get(key, 0) + 1
