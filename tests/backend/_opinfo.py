@@ -103,10 +103,22 @@ def _to_cpu(tree: Any) -> Any:
     return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
 
 
-def _check_dtypes(tree: Any) -> None:
+def device_dtypes(device: str) -> frozenset[torch.dtype] | None:
+    """The dtypes the bundled backend can hold (None: unknown, e.g. for `cpu`)."""
+    if device != "tpu":
+        return None
+    try:
+        from tputool.backend.dtypes import TORCH_TO_NP
+    except ImportError:
+        return None
+    return frozenset(TORCH_TO_NP)
+
+
+def _check_dtypes(tree: Any, device: str) -> None:
+    supported = device_dtypes(device)
     for t in _tensors(tree):
-        if t.dtype in T.UNSUPPORTED_DTYPES:
-            raise SampleSkip(T.UNSUPPORTED_DTYPES[t.dtype])
+        if supported is not None and t.dtype not in supported:
+            raise SampleSkip(f"{t.dtype} is not supported on tpu (tputool.backend.dtypes)")
         if t.layout != torch.strided:
             raise SampleSkip("sparse tensors are unsupported on tpu")
 
@@ -178,7 +190,7 @@ def _detached(sample: Any) -> Any:
 
 def check_sample(op: Any, key: str, sample: Any, device: str, dtype: torch.dtype) -> bool:
     """Compare one sample on `device` with CPU; True if backward was compared too. Raises SampleFailure/Skip."""
-    _check_dtypes((sample.input, sample.args, sample.kwargs))
+    _check_dtypes((sample.input, sample.args, sample.kwargs), device)
     dev_sample = sample.transform(lambda t: t)  # a shallow copy whose tensors we then move
     memo: dict[int, torch.Tensor] = {}
     dev_sample.input, dev_sample.args, dev_sample.kwargs = _to_device(
@@ -194,7 +206,7 @@ def check_sample(op: Any, key: str, sample: Any, device: str, dtype: torch.dtype
             expected = _call(op, sample)
         except Exception as e2:  # noqa: BLE001
             raise SampleSkip(f"the sample errors on CPU as well ({first_line(e2)})") from e2
-    _check_dtypes(expected)
+    _check_dtypes(expected, device)
     torch.manual_seed(0)
     try:
         actual = _call(op, dev_sample)

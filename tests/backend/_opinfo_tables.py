@@ -46,13 +46,6 @@ SKIP_PREFIXES = {
 }
 """Families of ops not run at all, by name prefix."""
 
-UNSUPPORTED_DTYPES = {
-    torch.complex32: "complex dtypes are unsupported on tpu",
-    torch.complex64: "complex dtypes are unsupported on tpu",
-    torch.complex128: "complex dtypes are unsupported on tpu",
-}
-"""A sample whose inputs or CPU outputs hold one of these dtypes is skipped with this reason."""
-
 CI_SLICE = (
     # elementwise unary
     "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "tanh", "sigmoid", "nn.functional.relu",
