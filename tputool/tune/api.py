@@ -1,0 +1,84 @@
+"""`tune_model`: resolve a model, describe it, and run a measured or predicted search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tputool.errors import UserError
+from tputool.models.spec import ModelSpec
+from tputool.tune.candidate import Candidate, ModelDims
+from tputool.tune.search import Row, TuneResult, tune_measured, tune_predicted
+from tputool.tune.space import SearchSpace
+
+
+@dataclass
+class ResolvedModel:
+    """A model ready for tuning: its spec, config, analytic description and parameter shapes."""
+
+    spec: ModelSpec
+    config: Any
+    dims: ModelDims
+    param_shapes: dict[str, tuple[int, ...]]
+
+
+def resolve_model(model: str, overrides: dict[str, Any] | None = None) -> ResolvedModel:
+    """`llama` or `path/to/file.py:build_fn`, with config `overrides` for built-ins."""
+    import torch
+
+    from tputool.models import load_model_spec
+    from tputool.tune.model_dims import model_dims
+
+    spec = load_model_spec(model)
+    config = spec.config(**(overrides or {}))
+    with torch.device("meta"):  # shapes only: an 8B model must not be materialised to be described
+        module = spec.build(config)
+    shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
+    return ResolvedModel(spec, config, model_dims(spec.name, module, config), shapes)
+
+
+def measured_runner(rm: ResolvedModel, steps: int = 3) -> Callable[[Candidate], Any]:
+    """A function that builds, compiles and profiles one candidate on the devices at hand."""
+    from tputool.tune.measure import measure
+    from tputool.tune.step import build_step
+
+    def run(c: Candidate):
+        return measure(build_step(rm.spec, rm.config, c), rm.spec, rm.config, steps=steps)
+
+    return run
+
+
+def tune_model(model: str, *, target: str | None = None, overrides: dict[str, Any] | None = None,
+               space: SearchSpace | None = None, fraction: float = 1 / 3, hbm_bytes: float | None = None,
+               steps: int = 3, compile_top: int = 3,
+               progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
+    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`."""
+    rm = resolve_model(model, overrides)
+    space = space or SearchSpace()
+    if not 0 < fraction <= 1:
+        raise UserError(f"--fraction must be in (0, 1], got {fraction}")
+    if target is not None:
+        from tputool.tune import tpu_compile
+        from tputool.tune.hardware import tpu_hardware
+
+        hw = tpu_hardware(target)
+        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() else None
+        result = tune_predicted(rm.dims, hw, space, rm.param_shapes, check, top=compile_top, progress=progress)
+        if check is None:
+            result.notes.append("libtpu not installed (pip install 'tputool[tpu-compile]'): memory fit and "
+                                "times are estimated from the spec table")
+        return result
+    import jax
+
+    from tputool.tune.calibrate import calibrate_host
+
+    devices = jax.devices()
+    platform = devices[0].platform
+    hw = calibrate_host(devices, memory_bytes=hbm_bytes * len(devices) if hbm_bytes else None)
+    if platform != "cpu":
+        raise UserError(f"measured mode calibrates for CPU devices; found {platform}: use --target for TPUs")
+    label = f"CPU measurements on {len(devices)} {'simulated ' if len(devices) > 1 else ''}CPU devices " \
+            "(they validate, not rank, TPU strategies)"
+    return tune_measured(rm.dims, hw, space, measured_runner(rm, steps), fraction, rm.param_shapes,
+                         progress, label)

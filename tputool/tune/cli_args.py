@@ -1,0 +1,75 @@
+"""Parse the tune/profile command-line values (`1,2,4`, `plain,chunked:16`, `dim=128`) into library types."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from tputool.errors import UserError
+from tputool.tune.candidate import ATTENTION_IMPLS, PRECISIONS, REMAT_POLICIES
+from tputool.tune.space import SearchSpace
+
+
+def _items(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    """`1,2,4` -> (1, 2, 4); positive ints only."""
+    try:
+        vals = tuple(int(t) for t in _items(text))
+    except ValueError as e:
+        raise UserError(f"{what}: expected comma-separated integers, got '{text}'") from e
+    if not vals or min(vals) < 1:
+        raise UserError(f"{what}: expected positive integers, got '{text}'")
+    return vals
+
+
+def parse_choices(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """`none,full` -> ('none', 'full'), each in `allowed`."""
+    vals = tuple(_items(text))
+    bad = [v for v in vals if v not in allowed]
+    if not vals or bad:
+        raise UserError(f"{what}: '{text}' is not a list of {', '.join(allowed)}")
+    return vals
+
+
+def parse_attention(text: str) -> tuple[tuple[str, int], ...]:
+    """`plain,chunked:16,chunked:32` -> (('plain', 0), ('chunked', 16), ('chunked', 32))."""
+    out = []
+    for item in _items(text):
+        impl, _, block = item.partition(":")
+        if impl not in ATTENTION_IMPLS:
+            raise UserError(f"--attention: unknown implementation '{impl}' (use plain or chunked:BLOCK)")
+        if impl == "plain":
+            out.append(("plain", 0))
+        else:
+            if not block.isdigit() or int(block) < 1:
+                raise UserError(f"--attention: chunked needs a block size, e.g. chunked:128 (got '{item}')")
+            out.append(("chunked", int(block)))
+    if not out:
+        raise UserError("--attention: empty list")
+    return tuple(out)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`dim=128 tie_embeddings=False` -> {'dim': 128, 'tie_embeddings': False} (Python literals, else str)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UserError(f"--set: expected FIELD=VALUE, got '{item}'")
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def build_space(batches: str, remat: str, attention: str, precision: str, max_tensor: int | None) -> SearchSpace:
+    """A SearchSpace from the CLI strings."""
+    return SearchSpace(
+        batches=parse_ints(batches, "--batch"), remats=parse_choices(remat, REMAT_POLICIES, "--remat"),
+        attentions=parse_attention(attention), precisions=parse_choices(precision, PRECISIONS, "--precision"),
+        max_tensor=max_tensor,
+    )

@@ -1,0 +1,162 @@
+"""`tputool-tune.yaml`: write the winner of a search, read it back, and make it the active config.
+
+`apply_config(path)` parses and validates the file and makes it the process's active tuning config
+(also exported as TPUTOOL_TUNE_CONFIG for child processes); the backend's sharding code reads it with
+`active_config()` and asks it for the mesh and each parameter's partition spec.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tputool.errors import UserError
+from tputool.tune.candidate import Candidate
+from tputool.tune.rules import BATCH_AXES, LOGICAL_TO_MESH, logical_axes, partition_specs
+
+FORMAT_VERSION = 1
+ENV_VAR = "TPUTOOL_TUNE_CONFIG"
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """A tuned configuration: the candidate plus the partition rules that go with it."""
+
+    candidate: Candidate
+    logical_to_mesh: dict[str, str | None] = field(default_factory=lambda: dict(LOGICAL_TO_MESH))
+    batch_axes: tuple[str, ...] = BATCH_AXES
+    source: str = ""
+
+    @property
+    def mesh_shape(self) -> dict[str, int]:
+        """Mesh axis -> size."""
+        return self.candidate.mesh
+
+    def param_spec(self, name: str, shape: tuple[int, ...]) -> tuple[str | None, ...]:
+        """PartitionSpec entries for one parameter under the config's rules (divisibility checked)."""
+        return partition_specs({name: tuple(shape)}, self.mesh_shape, self.logical_to_mesh).specs[name]
+
+    def make_mesh(self, devices: list | None = None):
+        """A `jax.sharding.Mesh` with axes (data, fsdp, tensor) over the first devices."""
+        from tputool.tune.step import make_mesh
+
+        return make_mesh(self.candidate, devices)
+
+    def remat_policy(self):
+        """The `jax.checkpoint` policy of the config's remat setting (None: no remat)."""
+        import jax
+
+        return {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
+                "full": jax.checkpoint_policies.nothing_saveable}[self.candidate.remat]
+
+
+def to_yaml_dict(result, row) -> dict[str, Any]:
+    """The YAML document for the winning `row` of a TuneResult."""
+    c: Candidate = row.candidate
+    e = row.estimate
+    doc: dict[str, Any] = {
+        "tputool_tune": FORMAT_VERSION,
+        "model": result.model,
+        "mode": result.mode,
+        "label": result.label,
+        "hardware": {"name": result.hardware.name, "devices": result.hardware.n_devices,
+                     "kind": result.hardware.kind},
+        "mesh": c.mesh,
+        "batch_per_shard": c.batch,
+        "global_batch": c.global_batch,
+        "remat": c.remat,
+        "attention": {"impl": c.attention, "block": c.block},
+        "precision": c.precision,
+        "partition_rules": {"logical_to_mesh": dict(LOGICAL_TO_MESH), "batch_axes": list(BATCH_AXES)},
+        "predicted": {
+            "step_s": e.step_s, "step_bounds_s": [e.step_lower_s, e.step_upper_s],
+            "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "memory_bytes_per_device": e.memory.total,
+            "compute_s": e.compute_s, "hbm_s": e.hbm_s, "comm_s": e.comm_s,
+        },
+    }
+    if row.measurement is not None:
+        m = row.measurement
+        doc["measured"] = {"step_s": m.step_s, "tokens_per_s": row.measured_tokens_per_s,
+                           "compute_s": m.compute_s, "collective_s": m.collective_s, "compile_s": m.compile_s}
+    if row.compiled_memory is not None:
+        doc["compiled_memory_bytes_per_device"] = row.compiled_memory
+    doc["search"] = {
+        "candidates": len(result.rows), "run": len(result.measured), "budget": result.budget,
+        "spearman_pred_vs_measured": result.spearman(),
+        "rejected": [{"what": r.candidate.key, "stage": r.status, "reason": r.reason}
+                     for r in result.rows if r.status in ("memory", "failed")]
+        + [{"what": r.what, "stage": r.stage, "reason": r.reason} for r in result.rejected],
+    }
+    return doc
+
+
+def write_config(result, path: str | Path, row=None) -> Path:
+    """Write the winner (or `row`) of `result` to `path` as YAML; returns the path."""
+    import yaml
+
+    row = row or result.winner
+    if row is None:
+        raise UserError("no candidate ran successfully: nothing to write")
+    p = Path(path)
+    p.write_text(yaml.safe_dump(to_yaml_dict(result, row), sort_keys=False))
+    return p
+
+
+def load_config(path: str | Path) -> TuneConfig:
+    """Parse and validate a tputool-tune.yaml; a bad file is a UserError."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"tune config not found: {path}")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+    if not isinstance(doc, dict) or doc.get("tputool_tune") != FORMAT_VERSION:
+        raise UserError(f"{path} is not a tputool-tune.yaml (version {FORMAT_VERSION})")
+    try:
+        mesh = doc["mesh"]
+        attn = doc.get("attention") or {}
+        cand = Candidate(data=int(mesh["data"]), fsdp=int(mesh["fsdp"]), tensor=int(mesh["tensor"]),
+                         batch=int(doc["batch_per_shard"]), remat=str(doc["remat"]),
+                         attention=str(attn.get("impl", "plain")), block=int(attn.get("block", 0)),
+                         precision=str(doc["precision"]))
+        rules = doc.get("partition_rules") or {}
+        l2m = dict(rules.get("logical_to_mesh") or LOGICAL_TO_MESH)
+        batch_axes = tuple(rules.get("batch_axes") or BATCH_AXES)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: bad or missing field ({e})") from e
+    return TuneConfig(cand, l2m, batch_axes, str(p))
+
+
+_ACTIVE: TuneConfig | None = None
+
+
+def apply_config(path: str | Path) -> TuneConfig:
+    """Load `path` and make it the active tuning config of this process (and of its children)."""
+    global _ACTIVE
+    _ACTIVE = load_config(path)
+    os.environ[ENV_VAR] = str(Path(path).resolve())
+    return _ACTIVE
+
+
+def active_config() -> TuneConfig | None:
+    """The config set by apply_config (or by TPUTOOL_TUNE_CONFIG in the environment), else None."""
+    global _ACTIVE
+    if _ACTIVE is None and os.environ.get(ENV_VAR):
+        _ACTIVE = load_config(os.environ[ENV_VAR])
+    return _ACTIVE
+
+
+def clear_config() -> None:
+    """Forget the active config (tests, or a script that wants defaults back)."""
+    global _ACTIVE
+    _ACTIVE = None
+    os.environ.pop(ENV_VAR, None)
+
+
+__all__ = ["TuneConfig", "active_config", "apply_config", "clear_config", "load_config", "logical_axes",
+           "write_config"]

@@ -1,0 +1,128 @@
+"""Run an exported ATen loss graph as a JAX function, with the tuner's knobs applied while lowering.
+
+The graph is split into segments (one per run of nodes of the same layer, `torch.fx` split_module) and
+each segment is lowered by the graph backend's interpreter (`tputool.backend.graph.jaxify.interpret`)
+with the shared lowering table, plus the ops the tuner owns: scaled-dot-product attention (plain or
+chunked, see attention.py). Layer segments run under `jax.checkpoint` with the remat policy, and the
+values leaving them are constrained to stay batch-sharded.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import torch
+from torch.fx.passes.split_module import split_module
+
+from tputool.errors import UserError
+from tputool.tune.attention import sdpa
+from tputool.tune.export import ExportedLoss
+
+aten = torch.ops.aten
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+def lowering_table(attention: str, block: int) -> dict:
+    """The shared LOWERINGS with the tuner's own entries on top."""
+    from tputool.backend.lowerings import LOWERINGS, Lowering
+
+    own = {
+        aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block)),
+        aten._assert_tensor_metadata.default: Lowering(_noop),
+    }
+    return {**LOWERINGS, **own}
+
+
+def missing_lowerings(exp: ExportedLoss) -> list[str]:
+    """ATen ops of the graph that neither the tuner nor the shared lowering table can lower."""
+    from tputool.backend.graph.jaxify import missing_lowerings as missing
+
+    return missing(exp.graph_module, lowering_table("plain", 1))
+
+
+def _split(exp: ExportedLoss) -> torch.fx.GraphModule:
+    """One submodule per contiguous run of nodes of the same layer (None: outside every layer)."""
+    counter = {"id": -1, "last": object()}
+    part_of: dict[str, int] = {}
+    for n in exp.graph_module.graph.nodes:
+        if n.op != "call_function":
+            continue
+        layer = exp.layer_of.get(n.name)
+        if layer != counter["last"]:
+            counter["id"] += 1
+            counter["last"] = layer
+        part_of[n.name] = counter["id"]
+    return split_module(exp.graph_module, None, lambda node: part_of[node.name], keep_original_order=True)
+
+
+def _constants(sub: torch.fx.GraphModule) -> dict:
+    import jax.numpy as jnp
+
+    out = {}
+    for n in sub.graph.nodes:
+        if n.op == "get_attr":
+            obj = sub
+            for part in n.target.split("."):
+                obj = getattr(obj, part)
+            out[n.target] = jnp.asarray(obj.detach().cpu().numpy()) if isinstance(obj, torch.Tensor) else obj
+    return out
+
+
+def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, remat: str = "none",
+                  constrain: Callable | None = None) -> Callable:
+    """A JAX function `(params, buffers, *inputs) -> loss` evaluating the exported graph.
+
+    `params`/`buffers` are dicts by name in the compute dtype. `constrain(x)` is applied to every array
+    leaving a layer segment (e.g. a batch-sharding constraint).
+    """
+    import jax
+
+    from tputool.backend.graph.jaxify import interpret
+
+    missing = missing_lowerings(exp)
+    if missing:
+        raise UserError("the tpu backend has no lowering for: " + ", ".join(missing))
+    table = lowering_table(attention, block)
+    policy = {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
+              "full": jax.checkpoint_policies.nothing_saveable}[remat]
+    split = _split(exp)
+    runners: dict[str, tuple[Callable, bool, bool]] = {}
+    for name, sub in split.named_children():
+        body = interpret(sub, table, _constants(sub))
+        call_nodes = [n for n in sub.graph.nodes if n.op == "call_function"]
+        in_layer = bool(call_nodes) and exp.layer_of.get(call_nodes[0].name) is not None
+        out_node = next(n for n in sub.graph.nodes if n.op == "output")
+        single = not isinstance(out_node.args[0], tuple | list)
+
+        def run(*vals, _body=body):
+            return _body(None, *vals)
+
+        fn = jax.checkpoint(run, policy=policy) if in_layer and policy is not None else run
+        runners[name] = (fn, in_layer, single)
+    placeholders = [n.name for n in split.graph.nodes if n.op == "placeholder"]
+    nodes = list(split.graph.nodes)
+
+    def loss(params: dict, buffers: dict, *inputs):
+        env: dict = {}
+        for name, (kind, key) in zip(placeholders, exp.sources, strict=True):
+            env[name] = params[key] if kind == "param" else buffers[key] if kind == "buffer" else inputs[key]
+        for n in nodes:
+            if n.op == "call_module":
+                fn, in_layer, single = runners[n.target]
+                outs = fn(*(env[a.name] for a in n.args))
+                if constrain is not None and in_layer:
+                    outs = tuple(constrain(o) if hasattr(o, "shape") else o for o in outs)
+                env[n.name] = outs[0] if single else outs
+            elif n.op == "call_function" and n.target is operator.getitem:
+                env[n.name] = env[n.args[0].name][n.args[1]]
+            elif n.op == "output":
+                result = torch.fx.node.map_arg(n.args[0], lambda a: env[a.name])
+                result = result[0] if isinstance(result, tuple | list) else result
+                return result[0] if isinstance(result, tuple) else result
+        raise ValueError("exported graph has no output")
+
+    return loss

@@ -1,0 +1,47 @@
+"""Compile a candidate for a real TPU topology without a TPU (optional `libtpu` wheel, extra `tpu-compile`).
+
+`jax.experimental.topologies.get_topology_desc` gives compile-only TPU devices; compiling the sharded
+step for them yields TPU memory analysis and real out-of-memory errors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+from tputool.tune.candidate import Candidate
+from tputool.tune.hardware import Hardware
+
+
+def available() -> bool:
+    """True when the libtpu wheel is importable."""
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def topology_devices(topology_name: str) -> list:
+    """Compile-only devices of a TPU topology such as `v5e:2x4`."""
+    from jax.experimental import topologies
+
+    return list(topologies.get_topology_desc(topology_name=topology_name, platform="tpu").devices)
+
+
+def compiled_bytes(compiled) -> float:
+    """Peak bytes per device XLA reports: arguments + outputs + temporaries - aliased."""
+    ma = compiled.memory_analysis()
+    return float(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+                 - ma.alias_size_in_bytes)
+
+
+def compile_checker(rm, hw: Hardware) -> Callable[[Candidate], float]:
+    """A function compiling a candidate of `rm` for `hw`'s topology, returning bytes/device (raises on OOM)."""
+    from tputool.tune.step import build_step
+
+    if hw.slice is None:
+        raise ValueError("compile checks need a TPU slice")
+    devices = topology_devices(hw.slice.topology_name)
+
+    def check(c: Candidate) -> float:
+        built = build_step(rm.spec, rm.config, c, devices=devices)
+        return compiled_bytes(built.lower().compile())
+
+    return check
