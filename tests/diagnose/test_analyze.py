@@ -105,3 +105,13 @@ def test_verdict_counts_problems():
 def test_periodic_logging_sync_is_only_a_note():
     (f,) = findings_from_record(_rec(steps=200, host_syncs=[_sync(count=4, steps_seen=4)]))
     assert (f.code, f.severity) == ("TPU813", Severity.INFO) and "periodic" in f.message
+
+
+def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
+    events = [{"kind": "compile", "detail": "aten.add", "file": "/u/t.py", "line": 4, "count": 3, "amount": 3,
+               "late": 0, "first_step": 0},
+              {"kind": "compile", "detail": "graph_3", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
+               "late": 5, "first_step": 0}]
+    (f,) = findings_from_record(_rec(events=events))
+    assert (f.code, f.line, f.count, f.severity) == ("TPU814", 9, 5, Severity.WARNING)
+    assert "steps 6-10" in f.message and "graph_3 x5" in f.message

@@ -8,6 +8,7 @@ OUT.json for the parent (`tputool.diagnose.runner`). The record's fields are lis
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import runpy
@@ -24,18 +25,27 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise SoftTimeout()
 
 
-def _events_record() -> dict:
-    """Backend events (tputool.backend.events), aggregated by kind, detail and user location."""
+def _events_record(boundaries: list[int], steps: int) -> dict:
+    """Backend events (tputool.backend.events), aggregated by kind, detail and user location.
+
+    `boundaries[k]` is how many events were logged when step k+1 ended, so each event's step is known:
+    `late` counts the events in the second half of the run (steady state, after warm-up).
+    """
     events = sys.modules.get("tputool.backend.events")
     if events is None:
         return {"events": [], "event_totals": {}}
+    late_from = steps // 2 if steps >= 2 else None
     agg: dict[tuple, dict] = {}
-    for e in events.log:
+    for i, e in enumerate(events.log):
         key = (e["kind"], e["detail"], e["file"], e["line"])
         a = agg.setdefault(key, {"kind": key[0], "detail": key[1], "file": key[2], "line": key[3],
-                                 "count": 0, "amount": 0})
+                                 "count": 0, "amount": 0, "late": 0, "first_step": None})
+        step = bisect.bisect_right(boundaries, i)
         a["count"] += 1
         a["amount"] += int(e.get("amount", 1))
+        a["first_step"] = step if a["first_step"] is None else a["first_step"]
+        if late_from is not None and step >= late_from:
+            a["late"] += 1
     totals: dict[str, int] = {}
     for (kind, _), n in events.counts.items():
         totals[kind] = totals.get(kind, 0) + n
@@ -64,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     frames = UserFrames(os.path.dirname(script))
     steps = StepCounter(ns.max_steps)
     steps.on_step.append(lambda n: dynamo.raise_metrics_limit() if n == 1 else None)
+    boundaries: list[int] = []
+    events = sys.modules.get("tputool.backend.events")
+    if events is not None:
+        steps.on_step.append(lambda n: boundaries.append(len(events.log)))
     observer = Observer(frames, steps)
     undo_numpy = wrap_from_numpy(frames, observer)
     record: dict = {"script": script, "argv": list(ns.args), "max_steps": ns.max_steps, "timeout_s": ns.timeout,
@@ -103,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0})
     record.update(observer.to_record())
     record.update(dynamo.collect(frames))
-    record.update(_events_record())
+    record.update(_events_record(boundaries, steps.steps))
     with open(ns.record, "w") as f:
         json.dump(record, f)
     return 0

@@ -190,6 +190,24 @@ def _events(rec: dict, steps: int) -> list[Finding]:
             per = f"{_bytes(amount / steps)} per step, " if steps else ""
             out.append(_finding("TPU809", file, line, f"copies {per}{_bytes(amount)} in all to the device "
                                 f"({n} transfers)", count=n, steps=steps, bytes=amount))
+    out.extend(_late_compiles(rec, steps))
+    return out
+
+
+def _late_compiles(rec: dict, steps: int) -> list[Finding]:
+    """XLA compiles (backend "compile" events) in the second half of the run, grouped by user location."""
+    groups: dict[tuple[str, int], dict[str, int]] = {}
+    for e in rec.get("events", []):
+        if e["kind"] == "compile" and e.get("late"):
+            g = groups.setdefault((e["file"], e["line"]), {})
+            g[e["detail"]] = g.get(e["detail"], 0) + e["late"]
+    out = []
+    for (file, line), by_name in groups.items():
+        late = sum(by_name.values())
+        names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
+        out.append(_finding("TPU814", file, line, f"{late} XLA compiles in the second half of the run "
+                            f"(steps {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
+                            executables=by_name))
     return out
 
 

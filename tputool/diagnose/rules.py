@@ -67,6 +67,10 @@ RULES: tuple[Rule, ...] = (
     _rule("TPU813", "host-sync", "one-off or periodic host sync", _I,
           "A host sync outside the step loop (once, or at the end) or only every few steps (periodic\n"
           "logging): harmless for speed, listed so the every-step syncs stand out.", (76,)),
+    _rule("TPU814", "xla-compile-in-loop", "XLA keeps compiling after warm-up", _W,
+          "The backend compiled new XLA executables in the second half of the run, when every shape should\n"
+          "have been seen already: inputs change shape (or dtype) from step to step, so each step pays a\n"
+          "compile. Fix: pad inputs to a few fixed sizes (buckets); drop the last partial batch.", (77,)),
 )
 
 FIX: dict[str, str] = {
@@ -82,6 +86,7 @@ FIX: dict[str, str] = {
     "TPU810": "fix the exception shown in the traceback",
     "TPU811": "pass --max-steps N, or a larger --timeout",
     "TPU812": "replace it with a fixed-shape op (torch.where, padding to a fixed size)",
+    "TPU814": "pad the inputs to a few fixed shapes (buckets), e.g. DataLoader(drop_last=True)",
     "TPU813": "nothing needed: a sync once or every few steps costs little",
 }
 

@@ -1,0 +1,23 @@
+"""The child's aggregation of backend events: per location, with the step each event happened in."""
+
+from __future__ import annotations
+
+from tputool.backend import events
+from tputool.diagnose._child import _events_record
+
+
+def test_events_aggregate_by_location_and_count_late_steps(monkeypatch):
+    monkeypatch.setattr(events, "recording", True)
+    events.reset()
+    try:
+        for _step in range(4):  # 4 steps, 2 events each; step boundaries after every 2 events
+            events.record("compile", "k")
+            events.record("transfer_h2d", "", 100)
+        rec = _events_record([2, 4, 6, 8], 4)
+    finally:
+        events.reset()
+    by = {e["kind"]: e for e in rec["events"]}
+    assert by["compile"]["count"] == 4 and by["compile"]["late"] == 2 and by["compile"]["first_step"] == 0
+    assert by["transfer_h2d"]["amount"] == 400
+    assert by["compile"]["file"] == __file__
+    assert rec["event_totals"] == {"compile": 4, "transfer_h2d": 400}
