@@ -46,8 +46,15 @@ def from_jax(a: Any, device_type: str) -> Any:
     return jax_to_cpu(a)
 
 
-def next_rng_key() -> jax.Array:
-    """A fresh `jax.random` key from the backend's generator (seeded by `torch.manual_seed`)."""
+def next_rng_words() -> Any:
+    """The next draw of the backend's random stream (seeded by `torch.manual_seed`), as key words."""
     from tputool.backend import rng
 
-    return rng.next_key()
+    return rng.next_words()
+
+
+def key_from_words(words: Any) -> jax.Array:
+    """The `jax.random` key for `next_rng_words()`'s output; traceable."""
+    from tputool.backend import rng
+
+    return rng.key_from_words(words)

@@ -57,7 +57,7 @@ class CompiledGraph:
         """Unwrap `args`, run the JAX computation, wrap its outputs."""
         ins = [boundary.to_jax(a) for a in args]
         args.clear()  # boxed convention: let AOTAutograd free inputs it no longer needs
-        key = boundary.next_rng_key() if self.graph.uses_rng else None
+        key = boundary.next_rng_words() if self.graph.uses_rng else None
         outs = self.graph(*ins, rng_key=key)
         dev = self.device_type
         return [boundary.from_jax(o, dev) for o in outs]
@@ -72,6 +72,7 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
         persistent_cache.enable()
         name = f"graph{next(_graph_ids)}.{kind}"
         graph = jaxify(gm, example_inputs, name=name)
+        graph.key_from = boundary.key_from_words
         return CompiledGraph(graph, boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm))
 
     return compiler

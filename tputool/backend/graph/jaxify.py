@@ -137,12 +137,16 @@ class JaxGraph:
     _jitted: Callable | None = None
     _static_out: dict[tuple, dict[int, Any]] = field(default_factory=dict)
     _has_static_out: bool = False
+    key_from: Callable[[Any], jax.Array] | None = None
+    """Turns the `rng_key` argument into a `jax.random` key inside the computation (default: it is one)."""
 
     def __post_init__(self) -> None:
         shift = 1  # argument 0 of the jitted function is the RNG key
         self._jitted = jax.jit(self._traced, static_argnums=tuple(p + shift for p in self.static_positions))
 
     def _traced(self, rng_key: jax.Array | None, *inputs: Any) -> tuple:
+        if rng_key is not None and self.key_from is not None:
+            rng_key = self.key_from(rng_key)
         outs = self.fn(rng_key, *inputs)
         static = {i: o for i, o in enumerate(outs) if o is not None and not _is_array(o)}
         if static:
