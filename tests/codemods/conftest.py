@@ -66,6 +66,8 @@ def python_rules(monkeypatch):
         monkeypatch.setitem(sys.modules, "tputool.codemods.python", py_mod)
     registry.all_rules.cache_clear()
     registry.python_codes.cache_clear()
+    registry.listed_rules.cache_clear()
     yield real
     registry.all_rules.cache_clear()
     registry.python_codes.cache_clear()
+    registry.listed_rules.cache_clear()

@@ -145,3 +145,14 @@ def test_rules_lists_every_rule_and_prints_docs():
     assert "TPU901" in res.stdout and "cuda-visible-devices" in res.stdout
     doc = invoke("rules", "tpu912")
     assert doc.exit_code == 0 and "fp16-config" in doc.stdout and "bf16" in doc.stdout
+
+
+def test_rules_also_lists_diagnose_rules():
+    from tputool.codemods.registry import listed_rules
+
+    diag = [code for code, (_, cmd) in listed_rules().items() if cmd == "diagnose"]
+    if not diag:
+        pytest.skip("no diagnose rules in this build")
+    res = invoke("rules")
+    assert all(code in res.stdout for code in diag)
+    assert invoke("rules", diag[0]).exit_code == 0

@@ -237,7 +237,7 @@ def rules(
     from rich.console import Console
     from rich.table import Table
 
-    from tputool.codemods.registry import all_rules, get_rule
+    from tputool.codemods.registry import get_rule, listed_rules
 
     out = Console(highlight=False, soft_wrap=True)
     if code is not None:
@@ -252,10 +252,10 @@ def rules(
         typer.echo(r.doc)
         return
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("code", "name", "class", "fix", "severity"):
+    for col in ("code", "name", "class", "fix", "severity", "reported by"):
         t.add_column(col, no_wrap=True)
-    for r in all_rules().values():
-        t.add_row(r.code, r.name, r.rule_class.value, r.fix.value, str(r.severity))
+    for r, command in listed_rules().values():
+        t.add_row(r.code, r.name, r.rule_class.value, r.fix.value, str(r.severity), command)
     out.print(t)
 
 

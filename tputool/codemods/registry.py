@@ -26,9 +26,22 @@ def python_codes() -> frozenset[str]:
     return frozenset(c for c in RULES if c not in TEXT_RULES)
 
 
+@lru_cache(maxsize=1)
+def listed_rules() -> dict[str, tuple[Rule, str]]:
+    """Every rule `tputool rules` shows, with the command that reports it (port/check or diagnose)."""
+    out = {code: (rule, "port/check") for code, rule in all_rules().items()}
+    try:
+        from tputool.diagnose.rules import BY_CODE
+    except ImportError:  # diagnose not installed in this build
+        BY_CODE = {}
+    for code, rule in BY_CODE.items():
+        out.setdefault(code, (rule, "diagnose"))
+    return dict(sorted(out.items()))
+
+
 def get_rule(code: str) -> Rule:
-    """The rule with this code; UserError when there is none."""
-    rules = all_rules()
+    """The rule with this code (port/check or diagnose); UserError when there is none."""
+    rules = {c: r for c, (r, _) in listed_rules().items()}
     key = code.strip().upper()
     if key not in rules:
         raise UserError(f"unknown rule {code!r} (run `tputool rules` for the list)")
