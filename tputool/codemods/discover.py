@@ -41,11 +41,11 @@ class SourceFile:
 def classify(name: str, parent: str = "") -> frozenset[str]:
     """The kinds of a file from its name (and parent directory name); empty when it is not scanned.
 
-    Kinds: python, setup (setup.py), shell, docker, make, config, deps (dependency lists), cuda, cmake.
+    Kinds: python, shell, docker, make, config, deps (dependency lists), cuda, cmake.
     """
     lower = name.lower()
     if name == "setup.py":
-        return frozenset({"python", "setup", "deps"})
+        return frozenset({"python", "deps"})
     if lower.endswith(".py"):
         return frozenset({"python"})
     if lower.endswith((".cu", ".cuh")):

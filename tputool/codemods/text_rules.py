@@ -132,9 +132,9 @@ fast enough once torch.compile fuses them) or write a Pallas kernel called throu
 torch.tpu.pallas.jax_op, then remove the file from the build.
 """, (62,)),
     _rule("TPU931", "cuda-extension-build", E, BLOCKER, "build compiles a CUDA extension", """
-Finds CUDA builds: CUDAExtension(...) in setup.py, and enable_language(CUDA), LANGUAGES ... CUDA,
-find_package(CUDAToolkit) or CUDA_ARCHITECTURES in CMake. The extension needs nvcc and produces GPU code
-only; port its ops (see TPU930) and build a CPU-only extension or none.
+Finds CUDA builds in CMake: enable_language(CUDA), LANGUAGES ... CUDA, find_package(CUDAToolkit) or
+CUDA_ARCHITECTURES (CUDAExtension in setup.py is a Python rule, TPU502). The extension needs nvcc and
+produces GPU code only; port its ops (see TPU930) and build a CPU-only extension or none.
 """, (62,)),
 ]
 
@@ -242,7 +242,6 @@ TEXT_PATTERNS: tuple[TextPattern, ...] = (
     _p("TPU930", frozenset({"cuda"}), r"__global__", once=True, always=True,
        message="CUDA C++ source ({count} __global__ kernel(s)): no TPU path; port to torch ops or Pallas",
        flags=0),
-    _p("TPU931", frozenset({"setup"}), r"\bCUDAExtension\s*\(", flags=0),
     _p("TPU931", frozenset({"cmake"}), r"\benable_language\s*\(\s*CUDA\b|\bLANGUAGES\b.*\bCUDA\b|"
        r"\bfind_package\s*\(\s*(?:CUDA|CUDAToolkit)\b|\bCUDA_ARCHITECTURES\b", flags=0),
 )
