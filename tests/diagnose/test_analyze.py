@@ -34,12 +34,12 @@ def test_recompile_classes(reason, klass):
 
 def test_sync_every_step_is_a_warning_with_rate():
     (f,) = findings_from_record(_rec(host_syncs=[_sync(count=20, steps_seen=10)]))
-    assert (f.code, f.severity, f.line, f.per_step) == ("TPU803", Severity.WARNING, 5, 2.0)
+    assert (f.code, f.severity, f.line, f.per_step) == ("TPU601", Severity.WARNING, 5, 2.0)
 
 
 def test_one_off_sync_is_info():
     (f,) = findings_from_record(_rec(host_syncs=[_sync(count=1, steps_seen=1)]))
-    assert (f.code, f.severity) == ("TPU813", Severity.INFO)
+    assert (f.code, f.severity) == ("TPU809", Severity.INFO)
 
 
 def test_cpu_syncs_dropped_on_device_runs_and_inside_libraries():
@@ -53,7 +53,7 @@ def test_padding_message_and_fraction():
     rec = _rec(shapes=[{"op": "linear", "file": "/u/m.py", "line": 3, "dims": {"M": 8, "K": 100, "N": 128},
                         "count": 4}])
     (f,) = findings_from_record(rec)
-    assert f.code == "TPU807" and f.severity == Severity.INFO
+    assert f.code == "TPU603" and f.severity == Severity.INFO
     assert "K 100->128" in f.message and f.extra["padding"] == pytest.approx(1 - 100 / 128, abs=1e-3)
 
 
@@ -80,9 +80,9 @@ def test_backend_events():
                "amount": 10 * 4 * 1024 * 1024},
               {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10}]
     by = {f.code: f for f in findings_from_record(_rec(events=events))}
-    assert by["TPU804"].severity == Severity.WARNING and "aten::foo" in by["TPU804"].message
-    assert "4.0 MiB per step" in by["TPU809"].message
-    assert by["TPU808"].per_step == 1.0
+    assert by["TPU803"].severity == Severity.WARNING and "aten::foo" in by["TPU803"].message
+    assert "4.0 MiB per step" in by["TPU807"].message
+    assert by["TPU806"].per_step == 1.0
 
 
 def test_failed_script_points_at_innermost_user_frame_and_verdict():
@@ -104,7 +104,7 @@ def test_verdict_counts_problems():
 
 def test_periodic_logging_sync_is_only_a_note():
     (f,) = findings_from_record(_rec(steps=200, host_syncs=[_sync(count=4, steps_seen=4)]))
-    assert (f.code, f.severity) == ("TPU813", Severity.INFO) and "periodic" in f.message
+    assert (f.code, f.severity) == ("TPU809", Severity.INFO) and "periodic" in f.message
 
 
 def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
@@ -113,5 +113,5 @@ def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
               {"kind": "compile", "detail": "graph_3", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
                "late": 5, "first_step": 0}]
     (f,) = findings_from_record(_rec(events=events))
-    assert (f.code, f.line, f.count, f.severity) == ("TPU814", 9, 5, Severity.WARNING)
+    assert (f.code, f.line, f.count, f.severity) == ("TPU808", 9, 5, Severity.WARNING)
     assert "steps 6-10" in f.message and "graph_3 x5" in f.message

@@ -45,14 +45,14 @@ def test_json_report_schema_and_host_sync(tmp_path):
     assert {"script", "status", "exit_code", "steps", "wall_s", "verdict", "summary", "findings", "error"} <= set(doc)
     assert doc["steps"] == 4 and doc["status"] == "ok"
     (f,) = [f for f in doc["findings"] if f["severity"] == "warning"]
-    assert (f["code"], f["name"], f["line"], f["count"], f["per_step"]) == ("TPU803", "host-sync-in-loop", 15, 4, 1.0)
+    assert (f["code"], f["name"], f["line"], f["count"], f["per_step"]) == ("TPU601", "host-sync-in-loop", 15, 4, 1.0)
     assert f["fix"] and f["source"] == "runtime"
 
 
 def test_fail_on_warning_exits_1():
     r = runner.invoke(app, ["diagnose", str(FIXTURES / "host_sync.py"), "--no-static", "--fail-on", "warning"])
     assert r.exit_code == 1
-    assert "TPU803" in r.output
+    assert "TPU601" in r.output
 
 
 def test_failing_script_exit_1_with_user_traceback(tmp_path):
@@ -112,4 +112,4 @@ def test_timeout_still_reports(tmp_path):
     doc = json.loads(r.stdout)
     codes = {f["code"]: f for f in doc["findings"]}
     assert doc["status"] == "timeout" and "TPU811" in codes
-    assert codes["TPU803"]["line"] == 6
+    assert codes["TPU601"]["line"] == 6

@@ -39,5 +39,5 @@ def test_unsupported_op_falls_back_to_cpu():
     report = diagnose(str(path), include_static=False)
     assert report.status == "ok", report.error
     assert expected(path) <= _problems(report)
-    fb = [f for f in report.findings if f.code == "TPU804"]
+    fb = [f for f in report.findings if f.code == "TPU803"]
     assert fb and "double_it" in fb[0].message

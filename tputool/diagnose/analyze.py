@@ -69,17 +69,17 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
         klass = _sync_class(s["count"], s["steps_seen"], steps)
         if klass == "loop":
             rate = f"{s['count'] / steps:.1f}x per step, " if steps else ""
-            out.append(_finding("TPU803", s["file"], s["line"],
+            out.append(_finding("TPU601", s["file"], s["line"],
                                 f"{s['kind']} waits for the device and copies to the host ({rate}{s['count']} times)",
                                 count=s["count"], steps=steps, kind=s["kind"]))
         else:
             how = (f"in {s['steps_seen']} of {steps} steps (periodic, fine)" if klass == "periodic"
                    else "once (outside the loop)")
-            out.append(_finding("TPU813", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
+            out.append(_finding("TPU809", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
     for e in rec.get("events", []):
         if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:
-            out.append(_finding("TPU803", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
+            out.append(_finding("TPU601", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
                                 f"{e['count']} times", count=e["count"], steps=steps, kind=e["detail"]))
     return out
 
@@ -87,11 +87,11 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
 def _dtypes(rec: dict, steps: int) -> list[Finding]:
     out = []
     for d in rec.get("dtypes", []):
-        code = "TPU805" if d["dtype"] == "float64" else "TPU806"
+        code = "TPU804" if d["dtype"] == "float64" else "TPU805"
         out.append(_finding(code, d["file"], d["line"], f"{d['op']} creates {d['dtype']} tensors ({d['count']} times)",
                             count=d["count"], steps=steps, op=d["op"]))
     for d in rec.get("dynamic_shapes", []):
-        out.append(_finding("TPU812", d["file"], d["line"], f"{d['op']} has a data-dependent output shape "
+        out.append(_finding("TPU602", d["file"], d["line"], f"{d['op']} has a data-dependent output shape "
                             f"({d['count']} times)", count=d["count"], steps=steps, op=d["op"]))
     return out
 
@@ -120,7 +120,7 @@ def _shapes(rec: dict, steps: int) -> list[Finding]:
         dims = ", ".join(f"{k}={v}" for k, v in top["dims"].items())
         more = f" (+{len(items) - 1} other shapes)" if len(items) > 1 else ""
         count = sum(s["count"] for s in items)
-        out.append(_finding("TPU807", file, line, f"{op} {dims}{more}: pads {', '.join(pads)}, "
+        out.append(_finding("TPU603", file, line, f"{op} {dims}{more}: pads {', '.join(pads)}, "
                             f"{waste:.0%} of the MXU work is padding", count=count, steps=steps, op=op,
                             dims=top["dims"], padding=round(waste, 3)))
     return out
@@ -181,14 +181,14 @@ def _events(rec: dict, steps: int) -> list[Finding]:
             g[1] += e["amount"]
     for (kind, detail, file, line), (n, amount) in groups.items():
         if kind == "fallback":
-            out.append(_finding("TPU804", file, line, f"{detail} ran on the CPU ({n} times)", count=n, steps=steps,
+            out.append(_finding("TPU803", file, line, f"{detail} ran on the CPU ({n} times)", count=n, steps=steps,
                                 op=detail))
         elif kind == "flush":
-            out.append(_finding("TPU808", file, line, f"fused eager flushed: {detail} ({n} times)", count=n,
+            out.append(_finding("TPU806", file, line, f"fused eager flushed: {detail} ({n} times)", count=n,
                                 steps=steps, reason=detail))
         else:
             per = f"{_bytes(amount / steps)} per step, " if steps else ""
-            out.append(_finding("TPU809", file, line, f"copies {per}{_bytes(amount)} in all to the device "
+            out.append(_finding("TPU807", file, line, f"copies {per}{_bytes(amount)} in all to the device "
                                 f"({n} transfers)", count=n, steps=steps, bytes=amount))
     out.extend(_late_compiles(rec, steps))
     return out
@@ -205,7 +205,7 @@ def _late_compiles(rec: dict, steps: int) -> list[Finding]:
     for (file, line), by_name in groups.items():
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
-        out.append(_finding("TPU814", file, line, f"{late} XLA compiles in the second half of the run "
+        out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
                             f"(steps {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
                             executables=by_name))
     return out
