@@ -115,3 +115,19 @@ def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
     (f,) = findings_from_record(_rec(events=events))
     assert (f.code, f.line, f.count, f.severity) == ("TPU808", 9, 5, Severity.WARNING)
     assert "steps 6-10" in f.message and "graph_3 x5" in f.message
+
+
+@pytest.mark.parametrize("reason, words", [
+    ("generic_jump TensorVariable()", "data-dependent control flow"),
+    ("Dynamic shape operator: Operator `aten.nonzero.default`'s output shape depends on input Tensor data.",
+     "output shape depends on the data"),
+    ("Failed to trace builtin operator: Dynamo does not know how to trace builtin operator `print` with argument "
+     "types ['str'] (has_kwargs False)", "print/logging"),
+    ("something new in a later torch", None),
+])
+def test_graph_break_reasons_explained(reason, words):
+    from tputool.diagnose.analyze import explain_graph_break
+
+    what, fix = explain_graph_break(reason)
+    assert (what is None) if words is None else (words in what)
+    assert fix

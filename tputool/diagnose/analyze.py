@@ -7,7 +7,7 @@ import re
 
 from tputool.codemods.model import Severity
 from tputool.diagnose.model import Finding
-from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX
+from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX, GRAPH_BREAK_HINTS
 
 # Dynamo guard-failure text -> (class of recompile, the fix). First match wins.
 RECOMPILE_CLASSES: tuple[tuple[re.Pattern[str], str, str], ...] = (
@@ -126,15 +126,28 @@ def _shapes(rec: dict, steps: int) -> list[Finding]:
     return out
 
 
+_HINTS = tuple((re.compile(p), what, fix) for p, what, fix in GRAPH_BREAK_HINTS)
+
+
+def explain_graph_break(reason: str) -> tuple[str | None, str]:
+    """What a Dynamo graph-break reason means in plain words (None when unknown) and the fix for it."""
+    for pattern, what, fix in _HINTS:
+        if pattern.search(reason):
+            return what, fix
+    return None, FIX["TPU801"]
+
+
 def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
     out = []
     for b in rec.get("graph_breaks", []):
+        what, fix = explain_graph_break(b["reason"])
         split = ""
         if b.get("ops_before") is not None or b.get("ops_after") is not None:
             split = f"; splits {b['function']}() into graphs of {b.get('ops_before') or 0} and " \
                     f"{b.get('ops_after') or 0} ops"
-        out.append(_finding("TPU801", b["file"], b["line"], f"graph break in {b['function']}(): {b['reason']}{split}",
-                            count=b["compiles"], reason=b["reason"], ops_before=b.get("ops_before"),
+        head = f"{what} ({b['reason']})" if what else b["reason"]
+        out.append(_finding("TPU801", b["file"], b["line"], f"graph break in {b['function']}(): {head}{split}",
+                            count=b["compiles"], fix=fix, reason=b["reason"], ops_before=b.get("ops_before"),
                             ops_after=b.get("ops_after")))
     return out
 
@@ -162,7 +175,7 @@ def _recompiles(rec: dict) -> list[Finding]:
         hit = limit is not None and max(sum(1 for c in cs if c["resume_at"] == r) for r in
                                         {c["resume_at"] for c in cs}) >= limit
         guard = _COMPILE_ID.sub("", example.split("\n", 1)[0]).strip()
-        msg = f"{function}() recompiled {n} times, {main_class} (guard: {guard})"
+        msg = f"{function}() recompiled {n} time{'s' * (n != 1)}, {main_class} (guard: {guard})"
         if hit:
             msg += f"; hit the recompile limit ({limit}), so it now runs uncompiled"
         out.append(_finding("TPU802", file, line, msg, count=n, fix=fix,

@@ -99,3 +99,22 @@ BY_CODE: dict[str, Rule] = {r.code: r for r in RULES}
 # Matmul dimension -> the multiple it should be (TPU603): K (contracting), N (output) and head_dim feed the
 # 128-wide MXU; M (rows) fills 8-row sublanes.
 DIM_MULTIPLE: dict[str, int] = {"M": 8, "K": 128, "N": 128, "head_dim": 128}
+
+# Dynamo graph-break reasons (regex on the reason text) -> (what it means, the fix). First match wins.
+GRAPH_BREAK_HINTS: tuple[tuple[str, str, str], ...] = (
+    (r"generic_jump|[Dd]ata-dependent branching|data dependent operator",
+     "data-dependent control flow (`if tensor:` / `while tensor:`)",
+     "replace the branch with torch.where(cond, a, b) or torch.cond; or decide on the host before the call"),
+    (r"[Dd]ynamic shape operator|aten\.nonzero|aten\.unique|masked_select",
+     "an op whose output shape depends on the data",
+     "use a fixed-shape formulation (torch.where(mask, x, 0), a padded index) instead"),
+    (r"`print`|builtin print|logging",
+     "print/logging inside the compiled function",
+     "log outside the compiled function, or add the logger to torch._dynamo.config.reorderable_logging_functions"),
+    (r"Tensor\.item|\.item\(\)|Tensor\.tolist|Tensor\.numpy|_local_scalar_dense",
+     "a tensor read back to Python (.item()/.tolist()/.numpy())",
+     "keep the value as a tensor inside the compiled function; read it outside"),
+    (r"[Uu]nsupported .*(call|function)|Attempted to call function marked as skipped|torch\._dynamo\.disable",
+     "a call Dynamo cannot trace",
+     "move the call out of the compiled function, or wrap it as a torch.library custom op"),
+)
