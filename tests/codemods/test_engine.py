@@ -43,3 +43,23 @@ def test_unified_diff_marks_missing_final_newline():
     d = engine.unified_diff("a.cuda()", 'a.to("tpu")', "x.py")
     assert d.splitlines()[:2] == ["--- a/x.py", "+++ b/x.py"]
     assert "\\ No newline at end of file" in d
+
+
+def test_a_crashing_rule_is_reported_not_fatal(tmp_path, monkeypatch):
+    write(tmp_path, "a.py", TRAIN)
+    write(tmp_path, "b.sh", "export CUDA_VISIBLE_DEVICES=0\n")
+    real = engine.python_backend
+
+    def broken():
+        _, triggers, err = real()
+
+        def port_python(source, path, settings):
+            raise KeyError("boom")
+
+        return port_python, triggers, err
+
+    monkeypatch.setattr(engine, "python_backend", broken)
+    res = _run(tmp_path, jobs=1)
+    by_name = {r.display.rsplit("/", 1)[-1]: r for r in res.files}
+    assert by_name["a.py"].status == engine.ERROR and "KeyError" in by_name["a.py"].error
+    assert [f.code for f in by_name["b.sh"].findings] == ["TPU901"]

@@ -12,6 +12,7 @@ import hashlib
 import multiprocessing
 import os
 import re
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -134,6 +135,15 @@ def analyze(src: SourceFile, data: bytes, settings: Settings, run_python: bool, 
                 line, col, msg = _syntax_position(e)
                 res.status = UNPARSABLE
                 res.findings = _parse_error(src.display, line, col, f"syntax error: {msg}", settings)
+                return res
+            except RecursionError:
+                res.status, res.error = ERROR, "too deeply nested for libcst; left untouched"
+                return res
+            except Exception as e:  # a rule bug must not stop a run over thousands of files
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                res.status = ERROR
+                res.error = (f"internal error in the Python rules ({type(e).__name__}: {e} at "
+                             f"{Path(where.filename).name}:{where.lineno}); file left untouched, please report it")
                 return res
             res.findings.extend(findings)
             if new_text != dec.text:
