@@ -63,3 +63,23 @@ def test_a_crashing_rule_is_reported_not_fatal(tmp_path, monkeypatch):
     by_name = {r.display.rsplit("/", 1)[-1]: r for r in res.files}
     assert by_name["a.py"].status == engine.ERROR and "KeyError" in by_name["a.py"].error
     assert [f.code for f in by_name["b.sh"].findings] == ["TPU901"]
+
+
+def test_progress_bar_only_on_a_tty_with_many_files(monkeypatch, capsys):
+    import sys
+
+    from tputool.codemods.commands import _Progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    quiet = _Progress(True)
+    quiet(0, 10_000)
+    assert quiet.bar is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    few = _Progress(True)
+    few(0, 10)
+    assert few.bar is None
+    many = _Progress(True)
+    many(0, 500)
+    many(500, 500)
+    assert many.bar is not None and many.bar.tasks[0].completed == 500
+    many.close()
