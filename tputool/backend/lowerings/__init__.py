@@ -5,7 +5,9 @@ A lowering is a pure function on JAX arrays: it takes the op's arguments in ATen
 `torch.dtype`, None) and returns a `jax.Array` or a tuple of them, with no side effects, so it can be
 traced by `jax.jit`. Views, in-place ops and `out=` are handled by the callers around the lowering,
 never inside it. Random ops are registered with `needs_rng=True` and receive the key as the keyword
-argument `rng_key` (a `jax.random` key), so the caller owns the RNG stream.
+argument `rng_key` (a `jax.random` key), so the caller owns the RNG stream. Scalar (`number`) arguments
+may arrive as Python numbers or as weakly-typed 0-d traced values, unless the lowering is registered
+with `static_scalars=True`.
 
 Lowerings live in the family modules of this package (one table each, kept as data); this module only
 holds the registry.
@@ -25,20 +27,23 @@ class Lowering:
 
     fn: Callable
     needs_rng: bool = False
+    static_scalars: bool = False
+    """True when the lowering needs its Scalar arguments as concrete Python numbers (e.g. arange's
+    bounds decide the output shape); eager dispatch then compiles one kernel per distinct value."""
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 """OpOverload (e.g. torch.ops.aten.add.Tensor) -> Lowering."""
 
 
-def lowering(*ops, needs_rng: bool = False) -> Callable[[Callable], Callable]:
+def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
 
     def register(fn: Callable) -> Callable:
         for op in ops:
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
-                LOWERINGS[ov] = Lowering(fn, needs_rng)
+                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars)
         return fn
 
     return register
@@ -47,3 +52,15 @@ def lowering(*ops, needs_rng: bool = False) -> Callable[[Callable], Callable]:
 def get(op: torch._ops.OpOverload) -> Lowering | None:
     """The lowering registered for `op`, or None."""
     return LOWERINGS.get(op)
+
+
+def _load_families() -> None:
+    from tputool.backend.lowerings import (  # noqa: F401 - registering is the import's effect
+        creation,
+        elementwise,
+        linalg,
+        reduction,
+    )
+
+
+_load_families()

@@ -1,0 +1,59 @@
+"""The per-op compile cache shared by every eager mode.
+
+One `jax.jit` function per op signature key (op, structure of the arguments, static argument values);
+`jax.jit` itself then keeps one XLA executable per input shapes/dtypes. `call` runs a cached function and
+records a "compile" event whenever that added an executable. Fused mode (tputool.backend.graph) stores
+its fused computations here too, under keys of its own, so all modes share one cache.
+
+API: `get(key)`, `put(key, fn)`, `jitted(key, make, static_argnums=())`, `call(fn, name, *args)`,
+`stats()`, `clear()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+import jax
+
+from tputool.backend import events
+
+_kernels: dict[Hashable, Callable] = {}
+
+
+def get(key: Hashable) -> Callable | None:
+    """The cached jitted function for `key`, or None."""
+    return _kernels.get(key)
+
+
+def put(key: Hashable, fn: Callable) -> Callable:
+    """Cache the jitted function `fn` under `key` and return it."""
+    _kernels[key] = fn
+    return fn
+
+
+def jitted(key: Hashable, make: Callable[[], Callable], static_argnums: tuple[int, ...] = ()) -> Callable:
+    """The cached `jax.jit(make())` for `key`, built on first use."""
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = _kernels[key] = jax.jit(make(), static_argnums=static_argnums)
+    return fn
+
+
+def call(fn: Callable, name: str, *args):
+    """`fn(*args)`, recording a "compile" event (detail `name`) if it compiled a new executable."""
+    n = fn._cache_size()
+    out = fn(*args)
+    if fn._cache_size() != n:
+        events.record("compile", name)
+    return out
+
+
+def stats() -> dict[str, int]:
+    """Number of cached functions and of compiled executables behind them."""
+    return {"functions": len(_kernels), "executables": sum(f._cache_size() for f in _kernels.values()
+                                                          if hasattr(f, "_cache_size"))}
+
+
+def clear() -> None:
+    """Drop every cached function (their executables go with them)."""
+    _kernels.clear()

@@ -1,0 +1,118 @@
+"""Registration of the bundled `tpu` device: PrivateUse1 renamed `tpu`, its kernels, torch.tpu, autocast.
+
+`register()` is idempotent and is called by the torch.backends entry point (`_loader.load`) and by
+`import tputool.backend`. Where Google's torch_tpu is installed it owns the device and this steps aside.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger("tputool.backend")
+
+_registered = False
+_libs: list = []
+
+
+def device_count() -> int:
+    """Number of tpu devices: the number of JAX devices on JAX's default platform."""
+    import jax
+
+    return jax.device_count()
+
+
+def register() -> bool:
+    """Register the bundled tpu device (once). False when torch_tpu or another backend owns PrivateUse1."""
+    global _registered
+    if _registered:
+        return True
+    from tputool.backend._loader import real_torch_tpu_installed
+
+    if real_torch_tpu_installed():
+        log.info("tputool: using the real torch_tpu; the bundled tpu backend stays off")
+        return False
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", "tpu"):
+        log.warning("tputool: PrivateUse1 is already registered as %r; the bundled tpu backend stays off", name)
+        return False
+    if name == "tpu" and hasattr(torch, "tpu") and not getattr(torch.tpu, "_tputool", False):
+        log.info("tputool: the tpu device is already registered by another package")
+        return False
+
+    import jax
+
+    # int64/float64 tensors keep their dtype and values (JAX would narrow them to 32 bits).
+    jax.config.update("jax_enable_x64", True)
+
+    from tputool.backend import tpu_module
+
+    torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+        "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
+    _register_kernels()
+    _registered = True
+    return True
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _register_kernels() -> None:
+    from tputool.backend import autocast, dispatch, kernels
+    from tputool.backend.lowerings import LOWERINGS
+
+    lib = torch.library.Library("_", "IMPL")
+    lib.fallback(dispatch.boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    _libs.append(lib)
+    aten_lib = torch.library.Library("aten", "IMPL")
+    _libs.append(aten_lib)
+    for op in hot_ops(LOWERINGS, kernels.HOT):
+        aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
+                                                         else ""), dispatch.kernel_for(op), "PrivateUse1")
+    autocast.register(_libs)
+
+
+# Ops that must keep PyTorch's own (composite) kernels on the device.
+_KEEP_COMPOSITE = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift"}
+
+
+def hot_ops(lowerings, special) -> list:
+    """Ops worth a direct PrivateUse1 kernel: special kernels, and lowered ops (with their in-place and
+    out= variants) that are not CompositeImplicitAutograd (those never reach the device key)."""
+    from tputool.backend.dispatch import functional_of
+
+    ops = list(special)
+    seen = set(ops)
+    cands = []
+    for op in lowerings:
+        pkt = op.overloadpacket
+        cands.append(op)
+        inplace = getattr(torch.ops.aten, pkt.__name__ + "_", None)
+        if inplace is not None and hasattr(inplace, op._overloadname):
+            cands.append(getattr(inplace, op._overloadname))
+    for op in cands:
+        if op in seen or op._schema.name in _KEEP_COMPOSITE:
+            continue
+        name = op.name()
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
+            continue
+        f = functional_of(op)
+        if f is not None and f not in lowerings:
+            continue
+        seen.add(op)
+        ops.append(op)
+    return ops

@@ -1,0 +1,428 @@
+"""Eager op dispatch for the tpu device.
+
+Every op reaching the PrivateUse1 key gets one handler, chosen once per OpOverload and kept in `HANDLERS`:
+  1. a special kernel (copies, factories, views, resize_, .item(): `tputool.backend.kernels`),
+  2. a lowering from `tputool.backend.lowerings` (functional, or its in-place / out= variant),
+  3. PyTorch's decomposition (re-dispatched on tpu tensors, so it reaches 1-2 for smaller ops),
+  4. the CPU fallback (`tputool.backend.fallback`).
+Lowered ops run as one cached `jax.jit` kernel per signature (`tputool.backend.cache`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import jax
+import torch
+
+from tputool.backend import cache, fallback, modes, rng
+from tputool.backend import tensor as tt
+from tputool.backend.lowerings import LOWERINGS, Lowering
+
+Handler = Callable[[tuple, dict], object]
+HANDLERS: dict[torch._ops.OpOverload, Handler] = {}
+"""OpOverload -> its handler, filled on first use (and for hot ops at registration)."""
+
+SPECIAL: dict[torch._ops.OpOverload, Handler] = {}
+"""Hand-written kernels (filled by tputool.backend.kernels)."""
+
+# Argument kinds.
+T, OT, TL, OTL, SC, ST = "T", "OT", "TL", "OTL", "SC", "ST"
+_NODEFAULT = object()
+
+_create = torch._C._acc.create_empty_tensor
+_NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
+
+
+def _arg_kind(a: torch._C.Argument) -> str:
+    ty = a.type
+    if isinstance(ty, torch._C.TensorType):
+        return T
+    if isinstance(ty, torch._C.OptionalType) and isinstance(ty.getElementType(), torch._C.TensorType):
+        return OT
+    if isinstance(ty, torch._C.ListType):
+        el = ty.getElementType()
+        if isinstance(el, torch._C.TensorType):
+            return TL
+        if isinstance(el, torch._C.OptionalType) and isinstance(el.getElementType(), torch._C.TensorType):
+            return OTL
+    if isinstance(ty, torch._C.NumberType):
+        return SC
+    return ST
+
+
+def _hashable(v):
+    if isinstance(v, list | tuple):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    return v
+
+
+def tensor_value(t: torch.Tensor) -> jax.Array:
+    """The JAX value of a tensor argument: a tpu tensor's data, or a copy of a CPU tensor (0-dim scalars)."""
+    try:
+        return tt.to_jax(t)
+    except AttributeError:
+        if t.device.type == "cpu":
+            return tt.cpu_to_jax(t)
+        raise RuntimeError(f"tpu backend: got a {t.device} tensor without tpu data ({type(t).__name__})") from None
+
+
+class Signature:
+    """An op's schema, digested once: argument kinds, defaults, which are kwarg-only / written."""
+
+    def __init__(self, op: torch._ops.OpOverload) -> None:
+        s = op._schema
+        self.op = op
+        self.name = str(op)
+        self.args = list(s.arguments)
+        self.names = [a.name for a in self.args]
+        self.kinds = [_arg_kind(a) for a in self.args]
+        self.kwarg_only = [a.kwarg_only for a in self.args]
+        self.defaults = [a.default_value if a.has_default_value() else _NODEFAULT for a in self.args]
+        self.written = [i for i, a in enumerate(self.args) if a.alias_info is not None and a.alias_info.is_write]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.returns = [str(r.type) for r in s.returns]
+
+    def normalize(self, args: tuple, kwargs: dict) -> list:
+        """All argument values in schema order, defaults filled in."""
+        vals = list(args)
+        n = len(self.args)
+        if len(vals) < n:
+            vals.extend(self.defaults[len(vals):])
+            for k, v in kwargs.items():
+                vals[self.index[k]] = v
+        for i, v in enumerate(vals):
+            if v is _NODEFAULT:
+                raise TypeError(f"{self.name}: missing argument {self.names[i]!r}")
+        return vals
+
+
+class LoweredOp:
+    """Runs a functional lowering as a cached jitted kernel; subclasses add in-place and out= writes."""
+
+    def __init__(self, op: torch._ops.OpOverload, low: Lowering, sig_op: torch._ops.OpOverload | None = None):
+        self.op = op
+        self.sig = Signature(op)
+        fsig = Signature(sig_op) if sig_op is not None else self.sig
+        self.fsig = fsig
+        self.low = low
+        self.name = str(op)
+        # Positions (in self.sig's order) of the functional op's arguments.
+        self.fpos = [self.sig.index[n] for n in fsig.names]
+        self.fkw = [fsig.kwarg_only[i] for i in range(len(fsig.names))]
+        self.fnames = fsig.names
+        self.fkinds = [self.sig.kinds[p] for p in self.fpos]
+        self.fdefaults = fsig.defaults
+        self.single = len(fsig.returns) == 1 and fsig.returns[0] == "Tensor"
+        self.dyn_scalars = not low.static_scalars
+
+    def _prepare(self, vals: list) -> tuple[list, list, list]:
+        """(key parts, dynamic values, template) for the functional arguments.
+
+        Template entries: 0 = a dynamic tensor, 2 = a dynamic scalar, ("L", mask) = a tensor list
+        (mask: which entries are tensors), ("s", value) = a static value.
+        """
+        key = []
+        dyn = []
+        template = []
+        for j, p in enumerate(self.fpos):
+            v = vals[p]
+            k = self.fkinds[j]
+            if (k is T or k is OT) and type(v) in (int, float, bool, complex):
+                # A wrapped number (Python scalar passed where the schema says Tensor).
+                dyn.append(v)
+                key.append((2, type(v)))
+                template.append(2)
+            elif k is T or (k is OT and v is not None):
+                dyn.append(tensor_value(v))
+                key.append(0)
+                template.append(0)
+            elif (k is TL or k is OTL) and v is not None:
+                mask = tuple(x is not None for x in v)
+                for x in v:
+                    if x is not None:
+                        dyn.append(tensor_value(x))
+                key.append(("L", mask))
+                template.append(("L", mask))
+            elif k is SC and self.dyn_scalars and v is not None and type(v) is not bool and v != self.fdefaults[j]:
+                dyn.append(v)
+                key.append((2, type(v)))
+                template.append(2)
+            else:
+                key.append(("s", _hashable(v), type(v)))
+                template.append(("s", v))
+        return key, dyn, template
+
+    def _build(self, template: list, post: Callable | None):
+        low, fnames, fkw = self.low, self.fnames, self.fkw
+
+        def kernel(*dyn):
+            it = iter(dyn)
+            pos, kw = [], {}
+            rng_key = rng.key_from_words(next(it)) if low.needs_rng else None
+            for j, t in enumerate(template):
+                if t == 0 or t == 2:
+                    v = next(it)
+                elif t[0] == "L":
+                    v = [next(it) if m else None for m in t[1]]
+                else:
+                    v = t[1]
+                if fkw[j]:
+                    kw[fnames[j]] = v
+                else:
+                    pos.append(v)
+            if rng_key is not None:
+                kw["rng_key"] = rng_key
+            out = low.fn(*pos, **kw)
+            return post(out) if post is not None else out
+
+        return kernel
+
+    def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None):
+        key, dyn, template = self._prepare(vals)
+        if self.low.needs_rng:
+            dyn.insert(0, rng.next_words())
+        k = (self.op, tuple(key), extra_key)
+        fn = cache.get(k)
+        if fn is None:
+            fn = cache.put(k, jax.jit(self._build(template, post)))
+        out = cache.call(fn, self.name, *dyn)
+        if modes.blocking:
+            jax.block_until_ready(out)
+        return out
+
+    def __call__(self, args: tuple, kwargs: dict):
+        out = self._run(self.sig.normalize(args, kwargs))
+        if self.single:
+            t = _create(out.shape, _NP_TO_TORCH[out.dtype])
+            t.untyped_storage()._tpu = out
+            return t
+        return wrap_returns(out, self.sig.returns)
+
+
+def wrap_returns(out, returns: list[str]):
+    """Turn a lowering's JAX result(s) into what the schema returns (tensors, lists, Python scalars)."""
+    if len(returns) == 1:
+        return _wrap_one(out, returns[0])
+    return tuple(_wrap_one(o, r) for o, r in zip(out, returns, strict=True))
+
+
+def _wrap_one(o, ret: str):
+    if ret == "Tensor":
+        return tt.from_jax(o)
+    if ret.startswith("List[") or ret.endswith("[]"):
+        return [tt.from_jax(x) for x in o]
+    if ret in ("bool", "int", "float", "number", "complex"):
+        return tt.jax_to_cpu(o, "item").item()
+    if o is None:
+        return None
+    return tt.from_jax(o)
+
+
+def _check_cast(res_dtype, out_dtype: torch.dtype, name: str) -> None:
+    rt = _NP_TO_TORCH[res_dtype]
+    if rt != out_dtype and not torch.can_cast(rt, out_dtype):
+        raise RuntimeError(f"{name}: result type {rt} can't be cast to the desired output type {out_dtype}")
+
+
+class InplaceOp(LoweredOp):
+    """`op_` : the functional lowering, cast to self's dtype, written back through self's view."""
+
+    def __call__(self, args: tuple, kwargs: dict):
+        vals = self.sig.normalize(args, kwargs)
+        targets = [vals[i] for i in self.sig.written]
+        dts = tuple(t.dtype for t in targets)
+        shapes = tuple(tuple(t.shape) for t in targets)
+        name = self.name
+
+        def post(out):
+            outs = out if isinstance(out, tuple | list) else (out,)
+            res = []
+            for o, dt, shp in zip(outs, dts, shapes, strict=False):
+                if tuple(o.shape) != shp:
+                    raise RuntimeError(f"{name}: output with shape {list(shp)} doesn't match the broadcast "
+                                       f"shape {list(o.shape)}")
+                _check_cast(o.dtype, dt, name)
+                res.append(o.astype(tt.dtypes.TORCH_TO_NP[dt]))
+            return tuple(res)
+
+        out = self._run(vals, (dts, shapes), post)
+        for t, o in zip(targets, out, strict=False):
+            tt.write(t, o)
+        return targets[0] if len(self.sig.returns) == 1 else tuple(targets)
+
+
+class OutOp(LoweredOp):
+    """`op.out` : the functional lowering, then each result resized/cast into its out= tensor."""
+
+    def __call__(self, args: tuple, kwargs: dict):
+        vals = self.sig.normalize(args, kwargs)
+        outs = [vals[i] for i in self.sig.written]
+        dts = tuple(t.dtype for t in outs)
+        name = self.name
+
+        def post(out):
+            res = out if isinstance(out, tuple | list) else (out,)
+            cast = []
+            for o, dt in zip(res, dts, strict=False):
+                _check_cast(o.dtype, dt, name)
+                cast.append(o.astype(tt.dtypes.TORCH_TO_NP[dt]))
+            return tuple(cast)
+
+        res = self._run(vals, (dts,), post)
+        for t, o in zip(outs, res, strict=False):
+            if tuple(t.shape) != o.shape:
+                tt.resize(t, o.shape)
+            tt.write(t, o)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# ---- choosing a handler ---------------------------------------------------------------------------
+
+INPLACE_FUNCTIONAL: dict[str, str] = {
+    "aten::normal_": "aten::normal_functional",
+}
+"""In-place ops whose functional twin is not simply the name without '_'."""
+
+
+def _overload(qualname: str, overload: str) -> torch._ops.OpOverload | None:
+    ns, name = qualname.split("::")
+    pkt = getattr(getattr(torch.ops, ns), name, None)
+    if pkt is None:
+        return None
+    return getattr(pkt, overload or "default", None)
+
+
+def functional_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional twin of an in-place (`add_.Tensor`) or out= (`add.out`) overload, else None."""
+    s = op._schema
+    written = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if not written:
+        return None
+    if not written[0].kwarg_only:  # in-place: self is written
+        name = INPLACE_FUNCTIONAL.get(s.name, s.name[:-1] if s.name.endswith("_") else None)
+        if name is None:
+            return None
+        f = _overload(name, s.overload_name)
+        return f if f is not None and _same_args(f, op, inplace=True) else None
+    keep = [(a.name, str(a.type)) for a in s.arguments if not (a.alias_info is not None and a.alias_info.is_write)]
+    ns, name = s.name.split("::")
+    pkt = getattr(getattr(torch.ops, ns), name)
+    for ov in pkt.overloads():
+        f = getattr(pkt, ov)
+        fa = f._schema.arguments
+        if any(a.alias_info is not None and a.alias_info.is_write for a in fa):
+            continue
+        if [(a.name, str(a.type)) for a in fa] == keep and len(f._schema.returns) == len(written):
+            return f
+    return None
+
+
+def _same_args(f, op, inplace: bool) -> bool:
+    a = [x.name for x in f._schema.arguments]
+    b = [x.name for x in op._schema.arguments]
+    return a == b or (inplace and all(n in b for n in a))
+
+
+_local = threading.local()
+
+
+class DecompOp:
+    """Run PyTorch's decomposition of the op on the tpu tensors (it re-dispatches into smaller ops)."""
+
+    def __init__(self, op, decomp, then_write: bool = False):
+        self.op, self.decomp, self.then_write = op, decomp, then_write
+        self.sig = Signature(op)
+
+    def __call__(self, args: tuple, kwargs: dict):
+        active = getattr(_local, "active", None)
+        if active is None:
+            active = _local.active = set()
+        if self.op in active:  # the decomposition called the op itself: nothing smaller to go to
+            return fallback.run_on_cpu(self.op, args, kwargs)
+        active.add(self.op)
+        try:
+            if not self.then_write:
+                out = self.decomp(*args, **kwargs)
+                if out is NotImplemented:
+                    return fallback.run_on_cpu(self.op, args, kwargs)
+                return out
+            return self._inplace(args, kwargs)
+        finally:
+            active.discard(self.op)
+
+    def _inplace(self, args, kwargs):
+        vals = self.sig.normalize(args, kwargs)
+        f_kwargs = {}
+        pos = []
+        written = set(self.sig.written)
+        for i, (v, ko) in enumerate(zip(vals, self.sig.kwarg_only, strict=True)):
+            if i in written and ko:
+                continue
+            if ko:
+                f_kwargs[self.sig.names[i]] = v
+            else:
+                pos.append(v)
+        out = self.decomp(*pos, **f_kwargs)
+        if out is NotImplemented:
+            return fallback.run_on_cpu(self.op, args, kwargs)
+        outs = out if isinstance(out, tuple | list) else (out,)
+        targets = [vals[i] for i in self.sig.written]
+        for t, o in zip(targets, outs, strict=False):
+            if t.shape != o.shape:
+                tt.resize(t, o.shape)
+            t.copy_(o)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _decomposition(op):
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(op)
+
+
+def choose(op: torch._ops.OpOverload) -> Handler:
+    """Pick (once) and remember the handler of `op`."""
+    h = SPECIAL.get(op)
+    if h is None:
+        low = LOWERINGS.get(op)
+        f = functional_of(op)
+        written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if low is not None and f is None:
+            h = LoweredOp(op, low)
+        elif f is not None and LOWERINGS.get(f) is not None:
+            h = (OutOp if written[0].kwarg_only else InplaceOp)(op, LOWERINGS[f], f)
+        elif low is not None:
+            h = LoweredOp(op, low)
+        else:
+            d = _decomposition(op)
+            if d is not None:
+                h = DecompOp(op, d)
+            elif f is not None and _decomposition(f) is not None:
+                h = DecompOp(op, _decomposition(f), then_write=True)
+            else:
+                h = fallback.CpuOp(op)
+    HANDLERS[op] = h
+    return h
+
+
+def boxed_fallback(keyset, op: torch._ops.OpOverload, *args, **kwargs):
+    """The PrivateUse1 fallback: every op without a registered kernel arrives here."""
+    h = HANDLERS.get(op)
+    if h is None:
+        h = choose(op)
+    return h(args, kwargs)
+
+
+def kernel_for(op: torch._ops.OpOverload) -> Callable:
+    """A plain Python kernel (for torch.library registration) running `op`'s handler."""
+    h = HANDLERS.get(op) or choose(op)
+
+    def kernel(*args, **kwargs):
+        return h(args, kwargs)
+
+    kernel.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+    return kernel

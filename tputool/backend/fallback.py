@@ -1,0 +1,106 @@
+"""CPU fallback for ops the tpu backend cannot lower: copy to CPU, run PyTorch's CPU kernel, copy back.
+
+Warns once per op and records a "fallback" event each time. `TPUTOOL_FALLBACK=error` makes it raise
+`NotImplementedError` naming the op instead (use it to prove a model runs entirely on the device).
+In-place and out= arguments are written back into the original tpu tensors (resized if the CPU kernel
+resized them); tpu devices among the arguments (factory ops) become `cpu` for the CPU call.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch.utils._pytree import tree_map
+
+from tputool.backend import events
+from tputool.backend import tensor as tt
+
+_warned: set[str] = set()
+
+
+class FallbackError(NotImplementedError):
+    """Raised under TPUTOOL_FALLBACK=error when an op would run on CPU."""
+
+
+def _is_tpu(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "tpu"
+
+
+def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    """Run `op` on CPU copies of its tpu arguments and bring the results back (see module doc)."""
+    name = str(op)
+    if os.environ.get("TPUTOOL_FALLBACK", "") == "error":
+        raise FallbackError(f"tpu backend: no tpu kernel for {name} (TPUTOOL_FALLBACK=error forbids the CPU "
+                            "fallback)")
+    events.record("fallback", name)
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"tpu backend: {name} has no tpu kernel; it runs on CPU (copies to host and back). "
+                      "This warning is shown once per op.", RuntimeWarning, stacklevel=3)
+    written = _written_args(op, args, kwargs)
+    copies: dict[int, torch.Tensor] = {}
+
+    def to_cpu(x):
+        if _is_tpu(x):
+            c = tt.to_cpu(x, "fallback")
+            copies[id(c)] = x
+            return c
+        if isinstance(x, torch.device) and x.type == "tpu":
+            return torch.device("cpu")
+        return x
+
+    c_args = tree_map(to_cpu, args)
+    c_kwargs = tree_map(to_cpu, kwargs)
+    if "device" in c_kwargs and isinstance(c_kwargs["device"], str) and c_kwargs["device"].startswith("tpu"):
+        c_kwargs["device"] = "cpu"
+    out = op(*c_args, **c_kwargs)
+    # Write mutated arguments back.
+    back: dict[int, torch.Tensor] = {}
+    for c in _flat_tensors((c_args, c_kwargs)):
+        orig = copies.get(id(c))
+        if orig is not None and id(orig) in written:
+            if tuple(orig.shape) != tuple(c.shape):
+                tt.resize(orig, c.shape)
+            tt.write(orig, tt.cpu_to_jax(c.to(orig.dtype)))
+            back[id(c)] = orig
+
+    def to_tpu(x):
+        if isinstance(x, torch.Tensor):
+            if id(x) in back:
+                return back[id(x)]
+            if id(x) in copies and id(copies[id(x)]) in written:
+                return copies[id(x)]
+            if x.device.type == "cpu":
+                return tt.from_jax(tt.cpu_to_jax(x))
+        return x
+
+    return tree_map(to_tpu, out)
+
+
+def _flat_tensors(tree) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_flatten
+
+    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+
+
+def _written_args(op, args, kwargs) -> set[int]:
+    """ids of the tensors the op writes (in-place self, out= tensors)."""
+    ids: set[int] = set()
+    for i, a in enumerate(op._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            v = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+            for t in _flat_tensors(v):
+                ids.add(id(t))
+    return ids
+
+
+class CpuOp:
+    """Handler that always takes the CPU fallback."""
+
+    def __init__(self, op: torch._ops.OpOverload) -> None:
+        self.op = op
+
+    def __call__(self, args: tuple, kwargs: dict):
+        return run_on_cpu(self.op, args, kwargs)

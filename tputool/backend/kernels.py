@@ -1,0 +1,254 @@
+"""Hand-written tpu kernels for what is not a pure function of JAX values: allocation, copies between
+devices, views (aliases of one storage), resize_, set_ and reading a scalar back to the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import torch
+
+from tputool.backend import dtypes, modes
+from tputool.backend import tensor as tt
+from tputool.backend.dispatch import SPECIAL, Signature
+
+aten = torch.ops.aten
+
+
+def _check_device(device) -> None:
+    if device is None:
+        return
+    d = torch.device(device)
+    if d.type == "tpu" and d.index not in (None, 0):
+        from tputool.backend.device import device_count
+
+        if d.index >= device_count():
+            raise RuntimeError(f"tpu:{d.index} does not exist: {device_count()} tpu device(s)")
+        raise RuntimeError(f"tpu:{d.index}: eager tpu tensors live on tpu:0 in the bundled backend "
+                           "(use SPMD sharding across devices, tputool.backend.graph)")
+
+
+def _kernel(*ops):
+    def reg(fn):
+        for op in ops:
+            sig = Signature(op)
+
+            def h(args, kwargs, fn=fn, sig=sig):
+                return fn(*sig.normalize(args, kwargs))
+
+            SPECIAL[op] = h
+        return fn
+
+    return reg
+
+
+def contiguous_strides(size) -> tuple[int, ...]:
+    """Row-major strides of `size`."""
+    out, acc = [], 1
+    for s in reversed(size):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
+
+
+# ---- allocation -----------------------------------------------------------------------------------
+
+@_kernel(aten.empty.memory_format)
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_device(device)
+    dtype = dtype or torch.get_default_dtype()
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        stride = torch.empty(size, memory_format=memory_format, device="meta").stride()
+        return tt.empty(size, dtype, stride)
+    return tt.empty(size, dtype)
+
+
+@_kernel(aten.empty_strided.default)
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
+    return tt.empty(size, dtype or torch.get_default_dtype(), stride)
+
+
+@_kernel(aten.resize_.default)
+def resize_(self, size, memory_format=None):
+    tt.resize(self, size)
+    return self
+
+
+# ---- copies -----------------------------------------------------------------------------------------
+
+@functools.cache
+def _converter(dst_dtype, dst_shape):
+    def conv(x):
+        if x.dtype != dst_dtype:
+            if jax.numpy.issubdtype(x.dtype, jax.numpy.complexfloating) and not jax.numpy.issubdtype(
+                    dst_dtype, jax.numpy.complexfloating):
+                x = x.real
+            x = x.astype(dst_dtype)
+        return jax.numpy.broadcast_to(x, dst_shape)
+
+    return jax.jit(conv)
+
+
+def _value_for(dst: torch.Tensor, src: torch.Tensor) -> jax.Array:
+    """`src`'s value, cast to dst's dtype and broadcast to dst's shape, as a JAX array."""
+    v = tt.to_jax(src) if src.device.type == "tpu" else tt.cpu_to_jax(src)
+    want = dtypes.TORCH_TO_NP[dst.dtype]
+    shape = tuple(dst.shape)
+    if v.dtype != want or v.shape != shape:
+        v = _converter(want, shape)(v)
+    return v
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """dst.copy_(src) where either side may be the tpu tensor."""
+    if dst.device.type == "tpu":
+        tt.write(dst, _value_for(dst, src))
+        if modes.blocking:
+            jax.block_until_ready(dst.untyped_storage()._tpu)
+    else:
+        dst.copy_(tt.to_cpu(src, "cpu"))
+    return dst
+
+
+@_kernel(aten.copy_.default)
+def copy_(self, src, non_blocking=False):
+    return copy_into(self, src)
+
+
+@_kernel(aten._copy_from.default)
+def _copy_from(self, dst, non_blocking=False):
+    return copy_into(dst, self)
+
+
+@_kernel(aten._copy_from_and_resize.default)
+def _copy_from_and_resize(self, dst):
+    if tuple(dst.shape) != tuple(self.shape):
+        if dst.device.type == "tpu":
+            tt.resize(dst, self.shape)
+        else:
+            dst.resize_(self.shape)
+    return copy_into(dst, self)
+
+
+@_kernel(aten._to_copy.default)
+def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    dtype = dtype or self.dtype
+    target = torch.device(device) if device is not None else self.device
+    if target.type == "tpu":
+        _check_device(target)
+        src = tt.to_jax(self) if self.device.type == "tpu" else tt.cpu_to_jax(self)
+        want = dtypes.to_np(dtype)
+        if src.dtype != want:
+            src = _converter(want, src.shape)(src)
+        return tt.from_jax(src)
+    out = tt.to_cpu(self, "cpu")
+    if target.type != "cpu" or out.dtype != dtype:
+        out = out.to(device=target, dtype=dtype)
+    return out
+
+
+@_kernel(aten._local_scalar_dense.default)
+def _local_scalar_dense(self):
+    return tt.to_cpu(self, "item").item()
+
+
+# ---- views: new TensorImpls sharing the storage ---------------------------------------------------
+
+@_kernel(aten.as_strided.default)
+def as_strided(self, size, stride, storage_offset=None):
+    return tt.alias(self, size, stride, storage_offset)
+
+
+def _infer_size(size, numel: int) -> list[int]:
+    size = list(size)
+    if -1 in size:
+        i = size.index(-1)
+        rest = math.prod(s for j, s in enumerate(size) if j != i)
+        size[i] = numel // rest if rest else 0
+    if math.prod(size) != numel:
+        raise RuntimeError(f"shape '{list(size)}' is invalid for input of size {numel}")
+    return size
+
+
+@_kernel(aten.view.default)
+def view(self, size):
+    size = _infer_size(size, self.numel())
+    if self.is_contiguous():
+        return tt.alias(self, size, contiguous_strides(size))
+    meta = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+    return tt.alias(self, size, meta.view(size).stride())
+
+
+@_kernel(aten._reshape_alias.default)
+def _reshape_alias(self, size, stride):
+    return tt.alias(self, size, stride)
+
+
+@_kernel(aten.unfold.default)
+def unfold(self, dimension, size, step):
+    d = dimension % max(self.dim(), 1)
+    if self.dim() == 0:
+        return tt.alias(self, [size], [1])
+    shape, stride = list(self.shape), list(self.stride())
+    n = (shape[d] - size) // step + 1
+    new_shape = shape[:d] + [n] + shape[d + 1:] + [size]
+    new_stride = stride[:d] + [stride[d] * step] + stride[d + 1:] + [stride[d]]
+    return tt.alias(self, new_shape, new_stride)
+
+
+@_kernel(aten.view.dtype)
+def view_dtype(self, dtype):
+    # A bit-level reinterpretation copy: not an alias (documented limitation of the bundled backend).
+    v = tt.to_jax(self)
+    want = dtypes.to_np(dtype)
+    if v.dtype.itemsize == want.itemsize:
+        return tt.from_jax(jax.lax.bitcast_convert_type(v, want))
+    if v.dtype.itemsize > want.itemsize:
+        r = jax.lax.bitcast_convert_type(v, want)
+        return tt.from_jax(r.reshape(*v.shape[:-1], -1))
+    k = want.itemsize // v.dtype.itemsize
+    r = v.reshape(*v.shape[:-1], v.shape[-1] // k, k)
+    return tt.from_jax(jax.lax.bitcast_convert_type(r, want))
+
+
+_META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+@_kernel(aten.set_.source_Storage_storage_offset)
+def set_storage(self, source, storage_offset, size, stride=()):
+    if not hasattr(source, "_tpu"):
+        nbytes = source.nbytes()
+        source._tpu = tt.Uninit((nbytes // self.element_size(),), dtypes.to_np(self.dtype))
+    stride = stride or contiguous_strides(size)
+    aten.set_.source_Storage_storage_offset.redispatch(_META_KS, self, source, storage_offset, size, stride)
+    return self
+
+
+@_kernel(aten.set_.source_Storage)
+def set_storage_full(self, source):
+    n = source.nbytes() // self.element_size()
+    return set_storage(self, source, 0, [n], [1])
+
+
+@_kernel(aten.set_.source_Tensor)
+def set_tensor(self, source):
+    aten.set_.source_Storage_storage_offset.redispatch(_META_KS, self, source.untyped_storage(),
+                                                       source.storage_offset(), source.shape, source.stride())
+    return self
+
+
+@_kernel(aten.set_.default)
+def set_empty(self):
+    fresh = tt.empty((0,), self.dtype)
+    return set_tensor(self, fresh)
+
+
+# Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of SPECIAL is
+# reached through the fallback.
+HOT = (aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
+       aten._to_copy.default, aten.as_strided.default, aten.view.default, aten._reshape_alias.default,
+       aten._local_scalar_dense.default, aten.resize_.default)

@@ -1,0 +1,286 @@
+"""Reduction lowerings: sum/mean/prod, max/min (with indices), var/std, all/any, cumulative ops, softmax."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from tputool.backend.lowerings import lowering
+from tputool.backend.lowerings._util import KIND, np_dtype, promote
+
+aten = torch.ops.aten
+
+
+def dims(dim, ndim: int) -> tuple[int, ...] | None:
+    """ATen dim argument -> a tuple of axes (None/[] = all axes, as in PyTorch)."""
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return None
+    return tuple(d % ndim if ndim else 0 for d in dim)
+
+
+def _axes(x, dim):
+    ax = dims(dim, x.ndim)
+    if x.ndim == 0:
+        return ()
+    return ax
+
+
+def _sum_dtype(x, dtype):
+    if dtype is not None:
+        return np_dtype(dtype)
+    if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_:
+        return jnp.int64
+    return x.dtype
+
+
+def _acc(dt):
+    """Accumulation dtype for low-precision floats (PyTorch accumulates bf16/fp16 in float32)."""
+    return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
+
+
+@lowering(aten.sum.default)
+def sum_all(self, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    return jnp.sum(self.astype(_acc(out))).astype(out)
+
+
+@lowering(aten.sum.dim_IntList)
+def sum_dim(self, dim, keepdim=False, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    return jnp.sum(self.astype(_acc(out)), axis=_axes(self, dim), keepdims=keepdim).astype(out)
+
+
+@lowering(aten.prod.default)
+def prod_all(self, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    return jnp.prod(self.astype(_acc(out))).astype(out)
+
+
+@lowering(aten.prod.dim_int)
+def prod_dim(self, dim, keepdim=False, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    return jnp.prod(self.astype(_acc(out)), axis=_axes(self, dim), keepdims=keepdim).astype(out)
+
+
+def _mean_dtype(x, dtype):
+    if dtype is not None:
+        return np_dtype(dtype)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                           f"or complex dtype. Got: {str(_tdt(x)).replace('torch.', '').capitalize()}")
+    return x.dtype
+
+
+def _tdt(x):
+    from tputool.backend import dtypes
+
+    return dtypes.to_torch(jnp.dtype(x.dtype))
+
+
+@lowering(aten.mean.default)
+def mean_all(self, *, dtype=None):
+    out = _mean_dtype(self, dtype)
+    return jnp.mean(self.astype(_acc(out))).astype(out)
+
+
+@lowering(aten.mean.dim)
+def mean_dim(self, dim, keepdim=False, *, dtype=None):
+    out = _mean_dtype(self, dtype)
+    return jnp.mean(self.astype(_acc(out)), axis=_axes(self, dim), keepdims=keepdim).astype(out)
+
+
+@lowering(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    return jnp.max(self, axis=_axes(self, dim), keepdims=keepdim)
+
+
+@lowering(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    return jnp.min(self, axis=_axes(self, dim), keepdims=keepdim)
+
+
+@lowering(aten.max.default)
+def max_all(self):
+    return jnp.max(self)
+
+
+@lowering(aten.min.default)
+def min_all(self):
+    return jnp.min(self)
+
+
+def _arg_nan_aware(x, axis, fn):
+    # PyTorch: NaN counts as the extreme value; jnp.argmax already treats NaN as max.
+    return fn(x, axis=axis)
+
+
+@lowering(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    idx = jnp.argmax(self, axis=dim, keepdims=True)
+    val = jnp.take_along_axis(self, idx, axis=dim)
+    if not keepdim:
+        val, idx = jnp.squeeze(val, dim), jnp.squeeze(idx, dim)
+    return val, idx.astype(jnp.int64)
+
+
+@lowering(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    idx = jnp.argmin(self, axis=dim, keepdims=True)
+    val = jnp.take_along_axis(self, idx, axis=dim)
+    if not keepdim:
+        val, idx = jnp.squeeze(val, dim), jnp.squeeze(idx, dim)
+    return val, idx.astype(jnp.int64)
+
+
+@lowering(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    if dim is None:
+        r = jnp.argmax(self.reshape(-1))
+        return (r.reshape((1,) * self.ndim) if keepdim else r).astype(jnp.int64)
+    if self.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    return jnp.argmax(self, axis=dim, keepdims=keepdim).astype(jnp.int64)
+
+
+@lowering(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    if dim is None:
+        r = jnp.argmin(self.reshape(-1))
+        return (r.reshape((1,) * self.ndim) if keepdim else r).astype(jnp.int64)
+    if self.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    return jnp.argmin(self, axis=dim, keepdims=keepdim).astype(jnp.int64)
+
+
+def _bool_out(x):
+    return x.dtype if x.dtype == jnp.uint8 else jnp.bool_
+
+
+@lowering(aten.all.default)
+def all_(self):
+    return jnp.all(self.astype(bool)).astype(_bool_out(self))
+
+
+@lowering(aten.all.dim, aten.all.dims)
+def all_dim(self, dim=None, keepdim=False):
+    return jnp.all(self.astype(bool), axis=_axes(self, dim), keepdims=keepdim).astype(_bool_out(self))
+
+
+@lowering(aten.any.default)
+def any_(self):
+    return jnp.any(self.astype(bool)).astype(_bool_out(self))
+
+
+@lowering(aten.any.dim, aten.any.dims)
+def any_dim(self, dim=None, keepdim=False):
+    return jnp.any(self.astype(bool), axis=_axes(self, dim), keepdims=keepdim).astype(_bool_out(self))
+
+
+def _var(x, dim, correction, keepdim):
+    comp, res = promote(KIND.COMPLEX_TO_FLOAT, x)
+    c = 1 if correction is None else correction
+    xa = x.astype(_acc(x.dtype))
+    return jnp.var(xa, axis=_axes(x, dim), ddof=c, keepdims=keepdim).astype(res)
+
+
+@lowering(aten.var.correction)
+def var(self, dim=None, *, correction=None, keepdim=False):
+    return _var(self, dim, correction, keepdim)
+
+
+@lowering(aten.std.correction)
+def std(self, dim=None, *, correction=None, keepdim=False):
+    return jnp.sqrt(_var(self, dim, correction, keepdim))
+
+
+@lowering(aten.var_mean.correction)
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    return _var(self, dim, correction, keepdim), jnp.mean(self.astype(_acc(self.dtype)), axis=_axes(self, dim),
+                                                          keepdims=keepdim).astype(self.dtype)
+
+
+@lowering(aten.std_mean.correction)
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    v, m = var_mean(self, dim, correction=correction, keepdim=keepdim)
+    return jnp.sqrt(v), m
+
+
+@lowering(aten.logsumexp.default)
+def logsumexp(self, dim, keepdim=False):
+    comp, res = promote(KIND.INT_TO_FLOAT, self)
+    x = self.astype(_acc(comp))
+    return jax.nn.logsumexp(x, axis=_axes(self, dim), keepdims=keepdim).astype(res)
+
+
+@lowering(aten.cumsum.default)
+def cumsum(self, dim, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    if self.ndim == 0:
+        return self.astype(out)
+    return jnp.cumsum(self.astype(_acc(out)), axis=dim).astype(out)
+
+
+@lowering(aten.cumprod.default)
+def cumprod(self, dim, *, dtype=None):
+    out = _sum_dtype(self, dtype)
+    if self.ndim == 0:
+        return self.astype(out)
+    return jnp.cumprod(self.astype(_acc(out)), axis=dim).astype(out)
+
+
+@lowering(aten._softmax.default)
+def softmax(self, dim, half_to_float):
+    x = self.astype(_acc(self.dtype))
+    out = jax.nn.softmax(x, axis=dim) if self.ndim else jnp.ones_like(x)
+    return out.astype(jnp.float32 if half_to_float else self.dtype)
+
+
+@lowering(aten._log_softmax.default)
+def log_softmax(self, dim, half_to_float):
+    x = self.astype(_acc(self.dtype))
+    out = jax.nn.log_softmax(x, axis=dim) if self.ndim else jnp.zeros_like(x)
+    return out.astype(jnp.float32 if half_to_float else self.dtype)
+
+
+@lowering(aten._softmax_backward_data.default)
+def softmax_backward(grad_output, output, dim, input_dtype):
+    g, y = grad_output.astype(_acc(grad_output.dtype)), output.astype(_acc(output.dtype))
+    r = y * (g - jnp.sum(g * y, axis=dim, keepdims=True)) if y.ndim else jnp.zeros_like(g)
+    return r.astype(np_dtype(input_dtype))
+
+
+@lowering(aten._log_softmax_backward_data.default)
+def log_softmax_backward(grad_output, output, dim, input_dtype):
+    g, y = grad_output.astype(_acc(grad_output.dtype)), output.astype(_acc(output.dtype))
+    r = g - jnp.exp(y) * jnp.sum(g, axis=dim, keepdims=True) if y.ndim else jnp.zeros_like(g)
+    return r.astype(np_dtype(input_dtype))
+
+
+@lowering(aten.linalg_vector_norm.default)
+def vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    x = self if dtype is None else self.astype(np_dtype(dtype))
+    out_dt = jnp.finfo(x.dtype).dtype if not jnp.iscomplexobj(x) else jnp.real(x).dtype
+    xa = jnp.abs(x.astype(_acc(x.dtype)))
+    ax = _axes(self, dim)
+    if ord == float("inf"):
+        r = jnp.max(xa, axis=ax, keepdims=keepdim)
+    elif ord == float("-inf"):
+        r = jnp.min(xa, axis=ax, keepdims=keepdim)
+    elif ord == 0:
+        r = jnp.sum((xa != 0).astype(xa.dtype), axis=ax, keepdims=keepdim)
+    elif ord == 1:
+        r = jnp.sum(xa, axis=ax, keepdims=keepdim)
+    elif ord == 2:
+        r = jnp.sqrt(jnp.sum(xa * xa, axis=ax, keepdims=keepdim))
+    else:
+        r = jnp.sum(xa ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord)
+    return r.astype(out_dt)

@@ -1,0 +1,161 @@
+"""tpu tensors and their JAX values.
+
+A tpu tensor is a PrivateUse1 TensorImpl with a 0-byte storage. The data lives on the storage's Python
+object as `_tpu`: the base buffer, a JAX array in the shape of the tensor that allocated it (or an
+`Uninit` placeholder until first written). Views are separate TensorImpls sharing that storage, with their
+own (size, stride, storage_offset); `to_jax` reads the base through them and `write` scatters into it,
+so `x[0].add_(1)` updates `x` as in PyTorch.
+
+Public API (used by the graph-mode helper too): `to_jax`, `from_jax`, `write`, `alias`, `empty`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from tputool.backend import dtypes, events, views
+
+_create = torch._C._acc.create_empty_tensor
+_META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+
+
+class Uninit:
+    """Base buffer of a tensor made by `empty`: materialized as zeros when first read."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple, dtype: np.dtype) -> None:
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+def _base(storage) -> jax.Array:
+    base = storage._tpu
+    if type(base) is Uninit:
+        base = storage._tpu = jnp.zeros(base.shape, base.dtype)
+    return base
+
+
+def from_jax(a: jax.Array, requires_grad: bool = False) -> torch.Tensor:
+    """A new contiguous tpu tensor holding `a` (its shape and dtype)."""
+    t = _create(a.shape, dtypes.NP_TO_TORCH[a.dtype])
+    t.untyped_storage()._tpu = a
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
+    """A new tpu tensor of `size` (and `stride`, if given) whose data is not yet materialized."""
+    size = tuple(size)
+    t = _create(size, dtype)
+    if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
+        n = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+        t.untyped_storage()._tpu = Uninit((n,), dtypes.to_np(dtype))
+        _set_storage.redispatch(_META_KS, t, t.untyped_storage(), 0, size, tuple(stride))
+    else:
+        t.untyped_storage()._tpu = Uninit(size, dtypes.to_np(dtype))
+    return t
+
+
+def alias(t: torch.Tensor, size, stride, offset: int | None = None) -> torch.Tensor:
+    """A new tensor sharing `t`'s storage, seen through (size, stride, offset) — a true view."""
+    v = _create((0,), t.dtype)
+    _set_storage.redispatch(_META_KS, v, t.untyped_storage(), t.storage_offset() if offset is None else offset,
+                            tuple(size), tuple(stride))
+    return v
+
+
+def has_data(t: torch.Tensor) -> bool:
+    """True for a tpu tensor made by this backend (not a fake/meta tensor on the tpu device)."""
+    return hasattr(t.untyped_storage(), "_tpu")
+
+
+def to_jax(t: torch.Tensor) -> jax.Array:
+    """The JAX value of tpu tensor `t`, honoring its view (size, stride, storage offset)."""
+    st = t.untyped_storage()
+    base = st._tpu
+    shape = t.shape
+    if shape == base.shape and type(base) is not Uninit and t.storage_offset() == 0 and t.is_contiguous():
+        return base
+    if type(base) is Uninit:
+        base = _base(st)
+    size, stride, off = tuple(shape), t.stride(), t.storage_offset()
+    if off == 0 and math.prod(size) == base.size and views.is_contiguous(size, stride):
+        return base.reshape(size)
+    return views.reader(base.shape, size, stride, off)(base)
+
+
+def write(t: torch.Tensor, value: jax.Array) -> None:
+    """Store `value` (shape and dtype of `t`) into tpu tensor `t`, through its view."""
+    st = t.untyped_storage()
+    base = st._tpu
+    size, off = tuple(t.shape), t.storage_offset()
+    if off == 0 and t.is_contiguous() and math.prod(size) == base.size:
+        st._tpu = value if value.shape == base.shape else value.reshape(base.shape)
+        return
+    if type(base) is Uninit:
+        base = _base(st)
+    st._tpu = views.writer(base.shape, size, t.stride(), off)(base, value)
+
+
+def resize(t: torch.Tensor, size) -> None:
+    """Resize `t` in place to contiguous `size`, keeping the leading data (PyTorch's resize_)."""
+    size = tuple(size)
+    stride = tuple(int(math.prod(size[i + 1:])) for i in range(len(size)))
+    st = t.untyped_storage()
+    base = st._tpu
+    need = t.storage_offset() + math.prod(size)
+    if need > base.size:
+        if type(base) is Uninit:
+            st._tpu = Uninit((need,), base.dtype)
+        else:
+            st._tpu = jnp.pad(base.reshape(-1), (0, need - base.size))
+    _set_storage.redispatch(_META_KS, t, st, t.storage_offset(), size, stride)
+
+
+# ---- host <-> device ----------------------------------------------------------------------------
+
+def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None) -> jax.Array:
+    """A JAX array with the values of CPU tensor `t`."""
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    via = dtypes.BITCAST_VIA.get(t.dtype)
+    if via is not None:
+        arr = t.view(via[0]).numpy().view(dtypes.TORCH_TO_NP[t.dtype])
+    else:
+        arr = t.numpy()
+    events.record("transfer_h2d", "", arr.nbytes)
+    return jax.device_put(arr, device) if device is not None else jnp.asarray(arr)
+
+
+def jax_to_cpu(a: jax.Array, reason: str = "cpu") -> torch.Tensor:
+    """A CPU tensor with the values of JAX array `a` (a host sync, counted as one)."""
+    arr = np.asarray(a)
+    events.record("host_sync", reason)
+    events.record("transfer_d2h", "", arr.nbytes)
+    tdt = dtypes.to_torch(arr.dtype)
+    via = dtypes.BITCAST_VIA.get(tdt)
+    if not arr.flags.writeable or not arr.flags.c_contiguous:
+        arr = np.array(arr)
+    if via is not None:
+        return torch.from_numpy(arr.view(via[1])).view(tdt)
+    return torch.from_numpy(arr)
+
+
+def to_cpu(t: torch.Tensor, reason: str = "cpu") -> torch.Tensor:
+    """A CPU tensor with the values of tpu tensor `t` (same shape, contiguous)."""
+    return jax_to_cpu(to_jax(t), reason)

@@ -1,0 +1,103 @@
+"""Strided reads and writes of a flat JAX buffer: how a tpu view (size, stride, offset) sees its storage.
+
+Each geometry gets one cached `jax.jit` kernel. Reads use reshape/slice/transpose when the strides nest
+(slices, transposes, selects, expands: no gather), else a gather whose indices are built in-graph from
+iotas (no large constants). Writes use a full replace, a contiguous dynamic_update_slice, or a scatter.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def _nested_order(size: tuple, stride: tuple) -> list[int] | None:
+    """Dims (size > 1, stride > 0) sorted by stride, descending, if each fits inside the next larger one."""
+    dims = [d for d in range(len(size)) if size[d] != 1 and stride[d] != 0]
+    order = sorted(dims, key=lambda d: -stride[d])
+    for a, b in zip(order, order[1:], strict=False):
+        if stride[a] % stride[b] or size[b] * stride[b] > stride[a]:
+            return None
+    return order
+
+
+def _index(size: tuple, stride: tuple, offset: int, n: int) -> jax.Array:
+    """Flat storage index of every element of the view, built from iotas."""
+    itype = jnp.int32 if n < 2**31 else jnp.int64
+    idx = jnp.full(size, offset, itype)
+    for d in range(len(size)):
+        if size[d] != 1 and stride[d] != 0:
+            idx = idx + lax.broadcasted_iota(itype, size, d) * jnp.asarray(stride[d], itype)
+    return idx
+
+
+def strided_read(flat: jax.Array, size: tuple, stride: tuple, offset: int) -> jax.Array:
+    """The view (size, stride, offset) of the 1-D array `flat`, as a new array of shape `size`."""
+    n = flat.shape[0]
+    if math.prod(size) == 0:
+        return jnp.zeros(size, flat.dtype)
+    order = _nested_order(size, stride)
+    if order is None:
+        return flat[_index(size, stride, offset, n)]
+    dims = sorted(order)
+    if not order:
+        x = flat[offset]
+    else:
+        s0, n0 = stride[order[0]], size[order[0]]
+        need = offset + n0 * s0
+        x = jnp.pad(flat, (0, need - n)) if need > n else flat
+        x = x[offset:need].reshape(n0, s0)
+        for d in order[1:]:
+            x = x[..., : size[d] * stride[d]].reshape(x.shape[:-1] + (size[d], stride[d]))
+        x = x[..., 0]
+        x = jnp.transpose(x, [order.index(d) for d in dims])
+    x = x.reshape([size[d] if d in dims else 1 for d in range(len(size))])
+    return jnp.broadcast_to(x, size)
+
+
+def strided_write(flat: jax.Array, value: jax.Array, size: tuple, stride: tuple, offset: int) -> jax.Array:
+    """`flat` with the elements of the view (size, stride, offset) replaced by `value` (shape `size`)."""
+    if math.prod(size) == 0:
+        return flat
+    value = value.astype(flat.dtype)
+    if _is_contiguous(size, stride):
+        return lax.dynamic_update_slice(flat, value.reshape(-1), (offset,))
+    return flat.at[_index(size, stride, offset, flat.shape[0]).reshape(-1)].set(value.reshape(-1))
+
+
+def _is_contiguous(size: tuple, stride: tuple) -> bool:
+    expected = 1
+    for s, st in zip(reversed(size), reversed(stride), strict=True):
+        if s != 1 and st != expected:
+            return False
+        expected *= s
+    return True
+
+
+def is_contiguous(size: tuple, stride: tuple) -> bool:
+    """True when (size, stride) is row-major contiguous (size-1 dims may have any stride)."""
+    return _is_contiguous(size, stride)
+
+
+@functools.cache
+def reader(base_shape: tuple, size: tuple, stride: tuple, offset: int):
+    """Jitted `base -> view` for one geometry."""
+
+    def read(base):
+        return strided_read(base.reshape(-1), size, stride, offset)
+
+    return jax.jit(read)
+
+
+@functools.cache
+def writer(base_shape: tuple, size: tuple, stride: tuple, offset: int):
+    """Jitted `(base, value) -> new base` for one geometry."""
+
+    def write(base, value):
+        return strided_write(base.reshape(-1), value, size, stride, offset).reshape(base_shape)
+
+    return jax.jit(write)
