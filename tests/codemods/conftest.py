@@ -57,10 +57,10 @@ def python_rules(monkeypatch):
     """Use the real Python rules when they exist, else a two-rule stand-in (TPU101 safe, TPU102 unsafe)."""
     try:
         importlib.import_module("tputool.codemods.rules_table")
-        importlib.import_module("tputool.codemods.python")
-        real = True
+        real = hasattr(importlib.import_module("tputool.codemods.python"), "port_python")
     except ImportError:
         real = False
+    if not real:
         rules_mod, py_mod = _fake_modules()
         monkeypatch.setitem(sys.modules, "tputool.codemods.rules_table", rules_mod)
         monkeypatch.setitem(sys.modules, "tputool.codemods.python", py_mod)
