@@ -21,18 +21,37 @@ def expected(path: Path) -> set[tuple[str, int]]:
     return out
 
 
-def tpu_available() -> bool:
-    """True when the bundled tpu device works in this environment (checked in a subprocess, once)."""
+# What the fixtures need from the tpu device: eager training steps (SGD, AdamW), float64 copies, and
+# torch.compile(backend="tpu"). Run once per test session in a subprocess.
+_PROBE = """
+import numpy as np, torch
+m = torch.nn.Linear(8, 8).to("tpu")
+for opt in (torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.AdamW(m.parameters())):
+    m(torch.randn(2, 8, device="tpu")).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+torch.from_numpy(np.zeros((2, 8))).to("tpu").sum().item()
+f = torch.compile(lambda x: m(x).sum(), backend="tpu")
+f(torch.randn(2, 8, device="tpu")).item()
+"""
+
+
+def tpu_works() -> bool:
+    """True when the bundled tpu device and its compile backend run what the fixtures need."""
     import subprocess
     import sys
 
-    if not hasattr(tpu_available, "cached"):
-        r = subprocess.run([sys.executable, "-c", "import torch; torch.ones(2, device='tpu') + 1"],
-                           capture_output=True, timeout=120)
-        tpu_available.cached = r.returncode == 0
-    return tpu_available.cached
+    if not hasattr(tpu_works, "cached"):
+        try:
+            r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=180)
+            tpu_works.cached = r.returncode == 0
+        except subprocess.TimeoutExpired:
+            tpu_works.cached = False
+    return tpu_works.cached
 
 
-@pytest.fixture
-def fixture_path():
-    return lambda name: FIXTURES / name
+@pytest.fixture(params=["cpu", "tpu"])
+def device(request, monkeypatch):
+    """Run the fixture scripts on this device (TPUTOOL_FIXTURE_DEVICE); tpu only where it works."""
+    if request.param == "tpu" and not tpu_works():
+        pytest.skip("the tpu device cannot run the fixtures in this build")
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", request.param)
+    return request.param

@@ -74,15 +74,24 @@ def test_single_recompile_is_info_and_library_compiles_ignored():
     assert f.severity == Severity.INFO and f.file == "/u/t.py"
 
 
-def test_backend_events():
-    events = [{"kind": "fallback", "detail": "aten::foo", "file": "/u/t.py", "line": 3, "count": 10, "amount": 10},
+def test_backend_events_in_the_loop_and_in_setup():
+    mib4 = 4 * 1024 * 1024
+    events = [{"kind": "fallback", "detail": "aten::foo", "file": "/u/t.py", "line": 3, "count": 10, "amount": 10,
+               "late": 5, "late_amount": 5},
+              {"kind": "fallback", "detail": "aten::setup", "file": "/u/t.py", "line": 1, "count": 1, "amount": 1,
+               "late": 0, "late_amount": 0},
               {"kind": "transfer_h2d", "detail": "", "file": "/u/t.py", "line": 8, "count": 10,
-               "amount": 10 * 4 * 1024 * 1024},
-              {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10}]
-    by = {f.code: f for f in findings_from_record(_rec(events=events))}
-    assert by["TPU803"].severity == Severity.WARNING and "aten::foo" in by["TPU803"].message
-    assert "4.0 MiB per step" in by["TPU807"].message
-    assert by["TPU806"].per_step == 1.0
+               "amount": 10 * mib4, "late": 5, "late_amount": 5 * mib4},
+              {"kind": "transfer_h2d", "detail": "", "file": "/u/t.py", "line": 2, "count": 4, "amount": 1 << 30,
+               "late": 0, "late_amount": 0},
+              {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
+               "late": 5, "late_amount": 5}]
+    by = {(f.code, f.line): f for f in findings_from_record(_rec(events=events))}
+    assert by["TPU803", 3].severity == Severity.WARNING and "aten::foo" in by["TPU803", 3].message
+    assert by["TPU803", 1].severity == Severity.INFO and "outside the step loop" in by["TPU803", 1].message
+    assert "4.0 MiB per step in steady state" in by["TPU807", 8].message
+    assert ("TPU807", 2) not in by  # moving the model to the device once is not a finding
+    assert by["TPU806", 9].per_step == 1.0
 
 
 def test_failed_script_points_at_innermost_user_frame_and_verdict():
@@ -131,3 +140,11 @@ def test_graph_break_reasons_explained(reason, words):
     what, fix = explain_graph_break(reason)
     assert (what is None) if words is None else (words in what)
     assert fix
+
+
+def test_fallback_absorbs_its_own_host_sync_and_copy_back():
+    ev = dict(file="/u/t.py", line=13, late=2, late_amount=2)
+    events = [{"kind": "fallback", "detail": "ns.op.default", "count": 4, "amount": 4, **ev},
+              {"kind": "host_sync", "detail": "fallback", "count": 4, "amount": 4, **ev},
+              {"kind": "transfer_h2d", "detail": "", "count": 4, "amount": 4096, **ev}]
+    assert [f.code for f in findings_from_record(_rec(steps=4, events=events))] == ["TPU803"]

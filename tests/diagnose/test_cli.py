@@ -37,7 +37,8 @@ def test_bad_format_and_fail_on_are_user_errors(tmp_path):
         assert isinstance(runner.invoke(app, ["diagnose", str(p), *extra]).exception, UserError)
 
 
-def test_json_report_schema_and_host_sync(tmp_path):
+def test_json_report_schema_and_host_sync(monkeypatch):
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "cpu")
     r = runner.invoke(app, ["diagnose", str(FIXTURES / "host_sync.py"), "--format", "json", "--no-static"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -45,11 +46,12 @@ def test_json_report_schema_and_host_sync(tmp_path):
     assert {"script", "status", "exit_code", "steps", "wall_s", "verdict", "summary", "findings", "error"} <= set(doc)
     assert doc["steps"] == 4 and doc["status"] == "ok"
     (f,) = [f for f in doc["findings"] if f["severity"] == "warning"]
-    assert (f["code"], f["name"], f["line"], f["count"], f["per_step"]) == ("TPU601", "host-sync-in-loop", 15, 4, 1.0)
+    assert (f["code"], f["name"], f["line"], f["count"], f["per_step"]) == ("TPU601", "host-sync-in-loop", 16, 4, 1.0)
     assert f["fix"] and f["source"] == "runtime"
 
 
-def test_fail_on_warning_exits_1():
+def test_fail_on_warning_exits_1(monkeypatch):
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "cpu")
     r = runner.invoke(app, ["diagnose", str(FIXTURES / "host_sync.py"), "--no-static", "--fail-on", "warning"])
     assert r.exit_code == 1
     assert "TPU601" in r.output

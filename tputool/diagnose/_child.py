@@ -39,13 +39,15 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     for i, e in enumerate(events.log):
         key = (e["kind"], e["detail"], e["file"], e["line"])
         a = agg.setdefault(key, {"kind": key[0], "detail": key[1], "file": key[2], "line": key[3],
-                                 "count": 0, "amount": 0, "late": 0, "first_step": None})
+                                 "count": 0, "amount": 0, "late": 0, "late_amount": 0,
+                                 "first_step": None})
         step = bisect.bisect_right(boundaries, i)
         a["count"] += 1
         a["amount"] += int(e.get("amount", 1))
         a["first_step"] = step if a["first_step"] is None else a["first_step"]
         if late_from is not None and step >= late_from:
             a["late"] += 1
+            a["late_amount"] += int(e.get("amount", 1))
     totals: dict[str, int] = {}
     for (kind, _), n in events.counts.items():
         totals[kind] = totals.get(kind, 0) + n

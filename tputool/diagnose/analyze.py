@@ -39,10 +39,14 @@ def classify_recompile(reason: str) -> tuple[str, str]:
 
 
 def _finding(code: str, file: str, line: int, message: str, *, count: int = 1, steps: int = 0,
-             severity: Severity | None = None, fix: str | None = None, **extra: object) -> Finding:
+             severity: Severity | None = None, fix: str | None = None, per_step: float | None = None,
+             **extra: object) -> Finding:
+    """A runtime finding; per_step is count/steps unless given."""
     rule = BY_CODE[code]
+    if per_step is None and steps:
+        per_step = round(count / steps, 2)
     return Finding(severity or rule.severity, code, rule.name, file, line, message, fix or FIX[code], count,
-                   round(count / steps, 2) if steps else None, "runtime", dict(extra))
+                   per_step, "runtime", dict(extra))
 
 
 # A sync seen in at least this fraction of the optimizer steps is "every step"; rarer repeated syncs are
@@ -77,6 +81,8 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
                    else "once (outside the loop)")
             out.append(_finding("TPU809", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
+    # A CPU fallback reads its inputs back to the host: that sync is part of the fallback finding.
+    seen |= {(e["file"], e["line"]) for e in rec.get("events", []) if e["kind"] == "fallback"}
     for e in rec.get("events", []):
         if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:
             out.append(_finding("TPU601", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
@@ -184,25 +190,43 @@ def _recompiles(rec: dict) -> list[Finding]:
     return out
 
 
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
 def _events(rec: dict, steps: int) -> list[Finding]:
+    """CPU fallbacks, fused-eager flushes and host-to-device copies from the backend's event log.
+
+    With two or more steps, what happened only in the first half (set-up, warm-up) is a note at most, and
+    per-step figures come from the second half (steady state), where every step should look alike.
+    """
     out = []
+    steady = steps - steps // 2 if steps >= 2 else 0
     groups: dict[tuple[str, str, str, int], list[int]] = {}
     for e in rec.get("events", []):
         if e["kind"] in ("fallback", "flush", "transfer_h2d"):
-            g = groups.setdefault((e["kind"], e["detail"], e["file"], e["line"]), [0, 0])
+            g = groups.setdefault((e["kind"], e["detail"], e["file"], e["line"]), [0, 0, 0, 0])
             g[0] += e["count"]
             g[1] += e["amount"]
-    for (kind, detail, file, line), (n, amount) in groups.items():
+            g[2] += e.get("late", 0)
+            g[3] += e.get("late_amount", 0)
+    fallback_at = {(file, line) for kind, _, file, line in groups if kind == "fallback"}
+    for (kind, detail, file, line), (n, amount, late, late_amount) in groups.items():
+        if kind == "transfer_h2d" and (file, line) in fallback_at:
+            continue  # the copy back of a fallback's result: part of the fallback finding
+        in_loop = late > 0 if steady else n >= 2
+        rate = {"count": n, "per_step": round(late / steady, 2) if steady else (round(n / steps, 2) if steps else None)}
         if kind == "fallback":
-            out.append(_finding("TPU803", file, line, f"{detail} ran on the CPU ({n} times)", count=n, steps=steps,
-                                op=detail))
+            where = "in the step loop" if in_loop else "outside the step loop"
+            out.append(_finding("TPU803", file, line, f"{detail} ran on the CPU {_times(n)} ({where})", **rate,
+                                severity=None if in_loop else Severity.INFO, op=detail))
         elif kind == "flush":
-            out.append(_finding("TPU806", file, line, f"fused eager flushed: {detail} ({n} times)", count=n,
-                                steps=steps, reason=detail))
-        else:
-            per = f"{_bytes(amount / steps)} per step, " if steps else ""
+            out.append(_finding("TPU806", file, line, f"fused eager flushed: {detail} ({_times(n)})", **rate,
+                                reason=detail))
+        elif in_loop:
+            per = f"{_bytes(late_amount / steady)} per step in steady state, " if steady else ""
             out.append(_finding("TPU807", file, line, f"copies {per}{_bytes(amount)} in all to the device "
-                                f"({n} transfers)", count=n, steps=steps, bytes=amount))
+                                f"({n} transfers)", **rate, bytes=amount))
     out.extend(_late_compiles(rec, steps))
     return out
 
