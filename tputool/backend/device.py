@@ -46,7 +46,9 @@ def register() -> bool:
     # int64/float64 tensors keep their dtype and values (JAX would narrow them to 32 bits).
     jax.config.update("jax_enable_x64", True)
 
-    from tputool.backend import tpu_module
+    # Import everything first, so a failure leaves PrivateUse1 untouched.
+    from tputool.backend import autocast, dispatch, kernels, tpu_module  # noqa: F401
+    from tputool.backend.lowerings import LOWERINGS  # noqa: F401
 
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())

@@ -37,8 +37,9 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     events.record("fallback", name)
     if name not in _warned:
         _warned.add(name)
-        warnings.warn(f"tpu backend: {name} has no tpu kernel; it runs on CPU (copies to host and back). "
-                      "This warning is shown once per op.", RuntimeWarning, stacklevel=3)
+        file, line = events.user_location()
+        warnings.warn_explicit(f"tpu backend: {name} has no tpu kernel; it runs on CPU (copies to host and "
+                               "back). This warning is shown once per op.", RuntimeWarning, file, line)
     written = _written_args(op, args, kwargs)
     copies: dict[int, torch.Tensor] = {}
 

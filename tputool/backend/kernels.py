@@ -158,9 +158,19 @@ def _local_scalar_dense(self):
 
 # ---- views: new TensorImpls sharing the storage ---------------------------------------------------
 
+_META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
 @_kernel(aten.as_strided.default)
 def as_strided(self, size, stride, storage_offset=None):
     return tt.alias(self, size, stride, storage_offset)
+
+
+@_kernel(aten.as_strided_.default)
+def as_strided_(self, size, stride, storage_offset=None):
+    off = self.storage_offset() if storage_offset is None else storage_offset
+    aten.set_.source_Storage_storage_offset.redispatch(_META_KS, self, self.untyped_storage(), off, size, stride)
+    return self
 
 
 def _infer_size(size, numel: int) -> list[int]:
@@ -215,9 +225,6 @@ def view_dtype(self, dtype):
     return tt.from_jax(jax.lax.bitcast_convert_type(r, want))
 
 
-_META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
-
-
 @_kernel(aten.set_.source_Storage_storage_offset)
 def set_storage(self, source, storage_offset, size, stride=()):
     if not hasattr(source, "_tpu"):
@@ -250,5 +257,5 @@ def set_empty(self):
 # Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of SPECIAL is
 # reached through the fallback.
 HOT = (aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
-       aten._to_copy.default, aten.as_strided.default, aten.view.default, aten._reshape_alias.default,
+       aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
        aten._local_scalar_dense.default, aten.resize_.default)

@@ -59,7 +59,10 @@ def _load_families() -> None:
         creation,
         elementwise,
         linalg,
+        nn,
+        random,
         reduction,
+        shape,
     )
 
 

@@ -206,13 +206,13 @@ def _scaled(other, alpha):
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
-def add(self, other, *, alpha=1):
+def add(self, other, alpha=1):
     comp, res = promote(KIND.DEFAULT, self, other)
     return (cast(self, comp) + _scaled(cast(other, comp), alpha)).astype(res)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
-def sub(self, other, *, alpha=1):
+def sub(self, other, alpha=1):
     comp, res = promote(KIND.DEFAULT, self, other)
     return (cast(self, comp) - _scaled(cast(other, comp), alpha)).astype(res)
 

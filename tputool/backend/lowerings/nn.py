@@ -1,0 +1,188 @@
+"""Neural-network lowerings: convolution (+ backward), layer norm (+ backward), average pooling.
+
+Backwards are the JAX VJPs of the forward lowerings, so they match them exactly. Batch norm, dropout,
+max pooling, losses and interpolation come from PyTorch's decompositions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from tputool.backend.lowerings import lowering
+
+aten = torch.ops.aten
+
+
+def _acc(dt):
+    return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
+
+
+def _conv(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):  # noqa: A002
+    nd = input.ndim - 2
+    batched = True
+    if nd < 1:
+        raise RuntimeError("convolution expects a batched input")
+    stride, padding, dilation = (list(v) * nd if len(v) == 1 else list(v) for v in (stride, padding, dilation))
+    output_padding = list(output_padding) * nd if len(output_padding) == 1 else list(output_padding)
+    spatial = "DHW"[3 - nd:] if nd <= 3 else None
+    dn = lax.conv_dimension_numbers(input.shape, weight.shape,
+                                    ("NC" + spatial, "OI" + spatial, "NC" + spatial))
+    acc = jnp.float32 if input.dtype in (jnp.bfloat16, jnp.float16) else None
+    if not transposed:
+        out = lax.conv_general_dilated(input, weight, window_strides=stride,
+                                       padding=[(p, p) for p in padding], rhs_dilation=dilation,
+                                       dimension_numbers=dn, feature_group_count=groups,
+                                       preferred_element_type=acc)
+    else:
+        # weight: (in, out/groups, k...) -> (out, in/groups, k...), flipped spatially.
+        cin = weight.shape[0]
+        w = weight.reshape((groups, cin // groups) + weight.shape[1:])
+        w = jnp.swapaxes(w, 1, 2).reshape((groups * weight.shape[1], cin // groups) + weight.shape[2:])
+        w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+        dn = lax.conv_dimension_numbers(input.shape, w.shape, ("NC" + spatial, "OI" + spatial, "NC" + spatial))
+        k = weight.shape[2:]
+        pads = [(dilation[i] * (k[i] - 1) - padding[i], dilation[i] * (k[i] - 1) - padding[i] + output_padding[i])
+                for i in range(nd)]
+        out = lax.conv_general_dilated(input, w, window_strides=[1] * nd, padding=pads, lhs_dilation=stride,
+                                       rhs_dilation=dilation, dimension_numbers=dn, feature_group_count=groups,
+                                       preferred_element_type=acc)
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * nd).astype(out.dtype)
+    del batched
+    return out.astype(input.dtype)
+
+
+@lowering(aten.convolution.default)
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):  # noqa: A002
+    return _conv(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+@lowering(aten.convolution_backward.default)
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,  # noqa: A002
+                         output_padding, groups, output_mask):
+    def f(x, w):
+        return _conv(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+
+    _, vjp = jax.vjp(f, input, weight)
+    gi, gw = vjp(grad_output.astype(input.dtype))
+    nd = input.ndim - 2
+    gb = jnp.sum(grad_output.astype(_acc(grad_output.dtype)), axis=(0,) + tuple(range(2, 2 + nd))).astype(
+        grad_output.dtype) if output_mask[2] else None
+    return (gi if output_mask[0] else None), (gw if output_mask[1] else None), gb
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xa = x.astype(_acc(x.dtype))
+    mean = jnp.mean(xa, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xa - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (xa - mean) * rstd
+    if weight is not None:
+        out = out * weight.astype(out.dtype)
+    if bias is not None:
+        out = out + bias.astype(out.dtype)
+    return out.astype(x.dtype), mean, rstd
+
+
+@lowering(aten.native_layer_norm.default)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):  # noqa: A002
+    out, mean, rstd = _layer_norm(input, normalized_shape, weight, bias, eps)
+    return out, mean.astype(_acc(input.dtype)), rstd.astype(_acc(input.dtype))
+
+
+@lowering(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,  # noqa: A002
+                               output_mask):
+    args = [input, weight, bias]
+
+    def f(x, w, b):
+        return _layer_norm(x, normalized_shape, w, b, 0.0)[0].astype(_acc(input.dtype))
+
+    # Recompute with the saved statistics' epsilon folded in: use the saved rstd directly.
+    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    xa = input.astype(_acc(input.dtype))
+    xhat = (xa - mean) * rstd
+    g = grad_out.astype(xa.dtype)
+    gw = g * weight.astype(xa.dtype) if weight is not None else g
+    n = 1
+    for a in axes:
+        n *= input.shape[a]
+    gx = rstd * (gw - jnp.mean(gw, axis=axes, keepdims=True) - xhat * jnp.mean(gw * xhat, axis=axes, keepdims=True))
+    lead = tuple(range(input.ndim - len(normalized_shape)))
+    dw = jnp.sum(g * xhat, axis=lead).astype(weight.dtype) if weight is not None and output_mask[1] else None
+    db = jnp.sum(g, axis=lead).astype(bias.dtype) if bias is not None and output_mask[2] else None
+    del args, f, n
+    return (gx.astype(input.dtype) if output_mask[0] else None), dw, db
+
+
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nd):
+    k = list(kernel_size) * nd if len(kernel_size) == 1 else list(kernel_size)
+    s = list(stride) if stride else k
+    s = s * nd if len(s) == 1 else s
+    p = list(padding) * nd if len(padding) == 1 else list(padding)
+    lead = x.ndim - nd
+    pads = []
+    for i in range(nd):
+        size = x.shape[lead + i]
+        out = (size + 2 * p[i] - k[i] + (s[i] - 1 if ceil_mode else 0)) // s[i] + 1
+        if ceil_mode and (out - 1) * s[i] >= size + p[i]:
+            out -= 1
+        extra = max(0, (out - 1) * s[i] + k[i] - (size + 2 * p[i]))
+        pads.append((p[i], p[i] + extra))
+    full_pads = [(0, 0)] * lead + pads
+    dims = (1,) * lead + tuple(k)
+    strides = (1,) * lead + tuple(s)
+    xa = x.astype(_acc(x.dtype))
+    total = lax.reduce_window(xa, 0.0, lax.add, dims, strides, full_pads)
+    if divisor_override:
+        return (total / divisor_override).astype(x.dtype)
+    if count_include_pad:
+        # count window cells inside the (explicitly) padded input, excluding ceil_mode overhang
+        ones = jnp.pad(jnp.ones(x.shape[lead:], xa.dtype), [(pp, pp) for pp in p])
+        cnt = lax.reduce_window(ones, 0.0, lax.add, tuple(k), tuple(s), [(0, e - b) for (b, e) in pads])
+    else:
+        ones = jnp.ones(x.shape[lead:], xa.dtype)
+        cnt = lax.reduce_window(ones, 0.0, lax.add, tuple(k), tuple(s), pads)
+    return (total / cnt).astype(x.dtype)
+
+
+@lowering(aten.avg_pool2d.default)
+def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    padding = [padding] if isinstance(padding, int) else padding
+    return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
+
+
+@lowering(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    _, vjp = jax.vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                         divisor_override, 2), self)
+    return vjp(grad_output.astype(self.dtype))[0]
+
+
+@lowering(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad_output, self):
+    from torch._decomp import decomposition_table
+
+    del decomposition_table
+    h, w = self.shape[-2:]
+    oh, ow = grad_output.shape[-2:]
+
+    def f(x):
+        rows = []
+        for i in range(oh):
+            r0, r1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+            cols = []
+            for j in range(ow):
+                c0, c1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+                cols.append(jnp.mean(x[..., r0:r1, c0:c1], axis=(-2, -1)))
+            rows.append(jnp.stack(cols, -1))
+        return jnp.stack(rows, -2)
+
+    _, vjp = jax.vjp(f, self.astype(_acc(self.dtype)))
+    return vjp(grad_output.astype(_acc(self.dtype)))[0].astype(self.dtype)

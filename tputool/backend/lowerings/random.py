@@ -1,0 +1,152 @@
+"""Random lowerings. Each gets `rng_key` from the backend's stream (tputool.backend.rng); draws are made
+in float32 (or the tensor's wider dtype) and cast, so bf16 tensors get proper bf16-rounded samples."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from tputool.backend.lowerings import lowering
+from tputool.backend.lowerings._util import default_float, np_dtype
+
+aten = torch.ops.aten
+
+
+def _draw_dtype(dt):
+    return jnp.float64 if dt == jnp.float64 else jnp.float32
+
+
+@lowering(aten.uniform.default, needs_rng=True)
+def uniform(self, from_=0.0, to=1.0, *, generator=None, rng_key, **kw):
+    lo = kw.get("from", from_)
+    u = jax.random.uniform(rng_key, self.shape, _draw_dtype(self.dtype))
+    return (lo + u * (to - lo)).astype(self.dtype)
+
+
+@lowering(aten.normal_functional.default, needs_rng=True)
+def normal(self, mean=0.0, std=1.0, *, generator=None, rng_key):
+    return (mean + std * jax.random.normal(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
+
+
+@lowering(aten.normal.Tensor_float, needs_rng=True)
+def normal_tensor_float(mean, std=1.0, *, generator=None, rng_key):
+    return (mean + std * jax.random.normal(rng_key, mean.shape, _draw_dtype(mean.dtype))).astype(mean.dtype)
+
+
+@lowering(aten.normal.float_Tensor, needs_rng=True)
+def normal_float_tensor(mean, std, *, generator=None, rng_key):
+    return (mean + std * jax.random.normal(rng_key, std.shape, _draw_dtype(std.dtype))).astype(std.dtype)
+
+
+@lowering(aten.normal.Tensor_Tensor, needs_rng=True)
+def normal_tensor_tensor(mean, std, *, generator=None, rng_key):
+    shape = jnp.broadcast_shapes(mean.shape, std.shape)
+    return (mean + std * jax.random.normal(rng_key, shape, _draw_dtype(mean.dtype))).astype(mean.dtype)
+
+
+@lowering(aten.bernoulli.p, needs_rng=True)
+def bernoulli_p(self, p=0.5, *, generator=None, rng_key):
+    return (jax.random.uniform(rng_key, self.shape, jnp.float32) < p).astype(self.dtype)
+
+
+@lowering(aten.bernoulli.Tensor, needs_rng=True)
+def bernoulli_tensor(self, p, *, generator=None, rng_key):
+    return (jax.random.uniform(rng_key, self.shape, _draw_dtype(p.dtype)) < p).astype(self.dtype)
+
+
+@lowering(aten.bernoulli.default, needs_rng=True)
+def bernoulli(self, *, generator=None, rng_key):
+    return (jax.random.uniform(rng_key, self.shape, _draw_dtype(self.dtype)) < self).astype(self.dtype)
+
+
+def _int_range(dt):
+    if dt == jnp.bool_:
+        return 0, 2
+    if jnp.issubdtype(dt, jnp.integer):
+        info = jnp.iinfo(dt)
+        return 0, int(info.max) + 1
+    # floats: [0, 2^mantissa]
+    return 0, 2 ** (jnp.finfo(dt).nmant + 1) + 1
+
+
+def _randint(key, shape, lo, hi, dt):
+    span = hi - lo
+    if span <= 2**31 - 1:
+        r = jax.random.randint(key, shape, 0, span, jnp.int64)
+    else:
+        r = jax.random.randint(key, shape, 0, min(span, 2**63 - 1), jnp.int64)
+    return (r + lo).astype(dt)
+
+
+@lowering(aten.random.default, needs_rng=True)
+def random_(self, *, generator=None, rng_key):
+    lo, hi = _int_range(self.dtype)
+    return _randint(rng_key, self.shape, lo, hi, self.dtype)
+
+
+@lowering(aten.random.to, needs_rng=True)
+def random_to(self, to, *, generator=None, rng_key):
+    return _randint(rng_key, self.shape, 0, to, self.dtype)
+
+
+@lowering(getattr(aten.random, "from"), needs_rng=True)
+def random_from(self, from_, to=None, *, generator=None, rng_key, **kw):
+    lo = kw.get("from", from_)
+    hi = to if to is not None else _int_range(self.dtype)[1]
+    return _randint(rng_key, self.shape, lo, hi, self.dtype)
+
+
+@lowering(aten.exponential.default, needs_rng=True)
+def exponential(self, lambd=1.0, *, generator=None, rng_key):
+    return (jax.random.exponential(rng_key, self.shape, _draw_dtype(self.dtype)) / lambd).astype(self.dtype)
+
+
+@lowering(aten.geometric.default, needs_rng=True)
+def geometric(self, p, *, generator=None, rng_key):
+    u = jax.random.uniform(rng_key, self.shape, jnp.float64 if self.dtype == jnp.float64 else jnp.float32,
+                           minval=jnp.finfo(jnp.float32).tiny)
+    return jnp.ceil(jnp.log(u) / jnp.log1p(-p)).astype(self.dtype)
+
+
+@lowering(aten.log_normal.default, needs_rng=True)
+def log_normal(self, mean=1.0, std=2.0, *, generator=None, rng_key):
+    return jnp.exp(mean + std * jax.random.normal(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
+
+
+@lowering(aten.cauchy.default, needs_rng=True)
+def cauchy(self, median=0.0, sigma=1.0, *, generator=None, rng_key):
+    return (median + sigma * jax.random.cauchy(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
+
+
+@lowering(aten.randperm.default, needs_rng=True, static_scalars=True)
+def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, rng_key):
+    return jax.random.permutation(rng_key, n).astype(np_dtype(dtype) or jnp.int64)
+
+
+@lowering(aten.native_dropout.default, needs_rng=True)
+def native_dropout(input, p, train, *, rng_key):  # noqa: A002
+    if not train or p == 0:
+        return input, jnp.ones(input.shape, jnp.bool_)
+    if p == 1:
+        return jnp.zeros_like(input), jnp.zeros(input.shape, jnp.bool_)
+    keep = jax.random.uniform(rng_key, input.shape, jnp.float32) >= p
+    scale = 1.0 / (1.0 - p)
+    return jnp.where(keep, input * scale, 0).astype(input.dtype), keep
+
+
+@lowering(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    return (grad_output * mask.astype(grad_output.dtype) * scale).astype(grad_output.dtype)
+
+
+@lowering(aten.rand.default, needs_rng=True, static_scalars=True)
+def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key):
+    dt = np_dtype(dtype) or default_float()
+    return jax.random.uniform(rng_key, tuple(size), _draw_dtype(dt)).astype(dt)
+
+
+@lowering(aten.randn.default, needs_rng=True, static_scalars=True)
+def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key):
+    dt = np_dtype(dtype) or default_float()
+    return jax.random.normal(rng_key, tuple(size), _draw_dtype(dt)).astype(dt)
