@@ -27,7 +27,7 @@ def test_fixture_problem_found_at_marked_line(name, device):
 
 
 def test_clean_fixture_has_no_warning_or_error(device):
-    report = diagnose(str(FIXTURES / "clean.py"), include_static=False)
+    report = diagnose(str(FIXTURES / "clean.py"))  # static analysis included: clean too
     assert report.status == "ok"
     assert report.steps == 4
     assert [f for f in report.findings if f.severity >= Severity.WARNING] == []

@@ -38,7 +38,9 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def _label(f: Finding) -> str:
-    return f"{BY_CODE[f.code].message if f.code in BY_CODE else f.name} ({display_path(f.file)}:{f.line})"
+    title = f.extra.get("title") if f.source == "static" else None
+    title = title or (BY_CODE[f.code].message if f.code in BY_CODE else f.name)
+    return f"{title} ({display_path(f.file)}:{f.line})"
 
 
 def verdict(report: Report) -> str:
@@ -52,12 +54,15 @@ def verdict(report: Report) -> str:
         if problems:
             head += f"; also {len(problems)} problem{'s' * (len(problems) != 1)} for TPU"
         return head + tail
-    where = "this script" if not report.static_only else "this script (static analysis only)"
-    if not problems:
-        return f"No problems found that slow {where} on TPU{tail}."
-    top = "; ".join(_label(f) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
     n = len(problems)
-    return f"{n} problem{'s' * (n != 1)} slow{'s' * (n == 1)} {where} on TPU: {top}{tail}"
+    top = "; ".join(_label(f) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
+    if report.static_only:
+        if not problems:
+            return f"No problems found for TPU in this script (static analysis only){tail}."
+        return f"{n} problem{'s' * (n != 1)} for TPU in this script (static analysis only): {top}{tail}"
+    if not problems:
+        return f"No problems found that slow this script on TPU{tail}."
+    return f"{n} problem{'s' * (n != 1)} slow{'s' * (n == 1)} this script on TPU: {top}{tail}"
 
 
 def _run_line(report: Report) -> str:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 
 from tputool.diagnose.model import Finding
-from tputool.diagnose.rules import BY_CODE
+from tputool.diagnose.rules import BY_CODE, FIX
 
 
-def _fix_text(rule_doc: str, fixable: bool, path: str) -> str:
+def _fix_text(code: str, rule_doc: str, fixable: bool, path: str) -> str:
+    """The one-line fix: `tputool port` when check can rewrite it, else the rule's own advice."""
     if fixable:
         return f"`tputool port --write {path}` rewrites this"
-    for line in rule_doc.splitlines():
-        if "Fix:" in line:
-            return line.split("Fix:", 1)[1].strip() or line.strip()
-    return "see `tputool rules` for this code"
+    if code in FIX:
+        return FIX[code]
+    before_fix = rule_doc.split("Fix:", 1)[0].strip()
+    sentences = [x.strip() for x in before_fix.replace("\n", " ").split(". ") if x.strip()]
+    return sentences[-1].rstrip(".") if sentences else "see `tputool rules` for this code"
 
 
 def static_findings(script: str) -> list[Finding]:
@@ -31,8 +33,8 @@ def static_findings(script: str) -> list[Finding]:
         for f in r.findings:
             rule = rules.get(f.code)
             out.append(Finding(f.severity, f.code, rule.name if rule else f.code, os.path.abspath(r.path), f.line,
-                               f.message, _fix_text(rule.doc if rule else "", f.fixable, r.display), 1, None,
-                               "static", {"col": f.col, "fixable": f.fixable,
+                               f.message, _fix_text(f.code, rule.doc if rule else "", f.fixable, r.display), 1, None,
+                               "static", {"col": f.col, "fixable": f.fixable, "title": rule.message if rule else f.message,
                                           "patterns": list(rule.patterns) if rule else []}))
     return out
 

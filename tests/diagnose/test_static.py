@@ -1,0 +1,68 @@
+"""diagnose's static side: check's findings for the script, merged with (not duplicating) runtime findings."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from tests.diagnose.conftest import FIXTURES
+from tputool.codemods import registry
+from tputool.codemods.model import Finding as CheckFinding
+from tputool.codemods.model import Severity
+from tputool.diagnose import diagnose
+from tputool.diagnose.model import Finding
+from tputool.diagnose.static import merge
+
+
+def _real_python_rules() -> bool:
+    try:
+        return hasattr(importlib.import_module("tputool.codemods.python"), "port_python")
+    except ImportError:
+        return False
+
+
+@pytest.fixture
+def stand_in_rules(monkeypatch):
+    """A one-rule Python porter (flags `.item()` as TPU601, row 76) in place of check's real rules."""
+    mod = types.ModuleType("tputool.codemods.python")
+
+    def port_python(source, path, settings):
+        found = [CheckFinding(path, i, line.index(".item()") + 1, "TPU601", "host sync inside a loop",
+                              Severity.INFO) for i, line in enumerate(source.splitlines(), 1) if ".item()" in line]
+        return source, found
+
+    mod.port_python, mod.PYTHON_TRIGGERS = port_python, (b".item()",)
+    monkeypatch.setitem(sys.modules, "tputool.codemods.python", mod)
+    registry.all_rules.cache_clear()
+    registry.python_codes.cache_clear()
+    yield
+    registry.all_rules.cache_clear()
+    registry.python_codes.cache_clear()
+
+
+def test_static_only_runs_check_rules_without_executing(stand_in_rules, tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text("import torch\nraise SystemExit('must not run')\nfor _ in range(3):\n    torch.ones(1).item()\n")
+    report = diagnose(str(p), static_only=True)
+    assert report.status == "static" and report.note is None
+    (f,) = report.findings
+    assert (f.code, f.line, f.source, f.file) == ("TPU601", 4, "static", str(p))
+    assert f.name == registry.all_rules()["TPU601"].name and f.fix
+
+
+def test_runtime_finding_covers_static_one_at_same_line():
+    rt = Finding(Severity.WARNING, "TPU601", "host-sync-in-loop", "/u/t.py", 5, "m", "f", 4, 1.0)
+    same = Finding(Severity.INFO, "TPU601", "host-sync-in-loop", "/u/t.py", 5, "m", "f", source="static",
+                   extra={"patterns": [76]})
+    other = Finding(Severity.WARNING, "TPU101", "cuda-method-call", "/u/t.py", 2, "m", "f", source="static",
+                    extra={"patterns": [1]})
+    assert merge([rt], [same, other]) == [rt, other]
+
+
+@pytest.mark.skipif(not _real_python_rules(), reason="check's Python rules are not in this build yet")
+def test_static_real_rules_find_the_loop_item_in_the_host_sync_fixture():
+    report = diagnose(str(FIXTURES / "host_sync.py"), static_only=True)
+    assert ("TPU601", 16) in {(f.code, f.line) for f in report.findings}
