@@ -27,6 +27,10 @@ def _real_python_rules() -> bool:
 @pytest.fixture
 def stand_in_rules(monkeypatch):
     """A one-rule Python porter (flags `.item()` as TPU601, row 76) in place of check's real rules."""
+    try:
+        importlib.import_module("tputool.codemods.rules_table")
+    except ImportError:
+        pytest.skip("check's rule table is not in this build")
     mod = types.ModuleType("tputool.codemods.python")
 
     def port_python(source, path, settings):
