@@ -147,19 +147,22 @@ def _stats(t: torch.Tensor, robust: bool) -> tuple[float, float]:
     return v.mean().item(), v.std().item()
 
 
-def _check_distribution(actual: Any, expected: Any, robust: bool) -> None:
-    """Same shape/dtype; same support (sign, integrality); for >= 100 values, close location and spread."""
+def _check_distribution(actual: Any, expected: Any, key: str) -> None:
+    """Same shape/dtype and finiteness; the op's support; for >= 100 values, close location and spread."""
     _check_shapes(actual, expected)
+    robust = key in T.HEAVY_TAILED_OPS
     for x, y in zip(_tensors(_to_cpu(actual)), _tensors(expected), strict=True):
-        if x.numel() == 0 or x.dtype == torch.bool:
+        if x.numel() == 0:
             continue
         xd, yd = x.double(), y.double()
         if not torch.isfinite(xd).all() and torch.isfinite(yd).all():
             raise SampleFailure("distribution mismatch: non-finite values where CPU has none")
-        if bool((yd >= 0).all()) and not bool((xd >= 0).all()):
-            raise SampleFailure("distribution mismatch: negative values where CPU has none")
-        if bool((yd == yd.round()).all()) and not bool((xd == xd.round()).all()):
-            raise SampleFailure("distribution mismatch: non-integer values where CPU has only integers")
+        if key in T.NONNEGATIVE_OPS and not bool((xd >= 0).all()):
+            raise SampleFailure("distribution mismatch: negative values from a non-negative distribution")
+        if key in T.UNIT_INTERVAL_OPS and not bool((xd <= 1).all()):
+            raise SampleFailure("distribution mismatch: values above 1 from a [0, 1] distribution")
+        if key in T.INTEGRAL_OPS and not bool((xd == xd.round()).all()):
+            raise SampleFailure("distribution mismatch: non-integer values from an integer distribution")
         n = x.numel()
         if n < 100:
             continue
@@ -169,6 +172,12 @@ def _check_distribution(actual: Any, expected: Any, robust: bool) -> None:
             raise SampleFailure(f"distribution mismatch: location {mx:.4g} vs CPU {my:.4g} (n={n})")
         if not (0.5 <= (sx + 1e-9) / (sy + 1e-9) <= 2.0):
             raise SampleFailure(f"distribution mismatch: spread {sx:.4g} vs CPU {sy:.4g} (n={n})")
+
+
+def _random_sample(sample: Any) -> bool:
+    kw = sample.kwargs
+    return kw.get("training", True) is not False and any(
+        isinstance(kw.get(k), int | float) and kw[k] > 0 for k in T.RANDOM_SAMPLE_KWARGS)
 
 
 def _call(op: Any, sample: Any) -> Any:
@@ -216,11 +225,11 @@ def check_sample(op: Any, key: str, sample: Any, device: str, dtype: torch.dtype
     for t in _tensors(actual):
         if inputs_moved and t.device.type == "cpu" and not key.startswith(("to", "cpu")):
             raise SampleFailure("forward mismatch: output tensor on cpu, expected the device")
-    if key in T.SHAPE_ONLY_OPS:
+    if key in T.SHAPE_ONLY_OPS or _random_sample(sample):
         _check_shapes(actual, expected)
         return False
     if key in T.DISTRIBUTION_OPS:
-        _check_distribution(actual, expected, robust=key in T.HEAVY_TAILED_OPS)
+        _check_distribution(actual, expected, key)
         return False
     _compare(actual, expected, tolerances(op, dtype, T.FORWARD_TOL), "forward")
     dev_in = _tensors((dev_sample.input, dev_sample.args, dev_sample.kwargs))

@@ -13,10 +13,19 @@ DISTRIBUTION_OPS = frozenset({
     "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
     "nn.functional.feature_alpha_dropout.with_train", "nn.functional.rrelu",
 })
-"""Random ops: compared by shape, dtype, support (sign, integrality) and, for >= 100 values, mean and spread."""
+"""Random ops: compared by shape, dtype, support (below) and, for >= 100 values, location and spread."""
+
+NONNEGATIVE_OPS = frozenset({"bernoulli", "exponential", "geometric", "log_normal", "multinomial"})
+UNIT_INTERVAL_OPS = frozenset({"bernoulli"})
+INTEGRAL_OPS = frozenset({"bernoulli", "geometric", "multinomial", "randint", "randint_like"})
+"""Support of the distribution, checked on every value: >= 0, within [0, 1], whole numbers.
+(op_db's "rand_like" OpInfo calls torch.randn_like, so it is not listed.)"""
 
 HEAVY_TAILED_OPS = frozenset({"cauchy"})
 """Distributions without a mean: compared by median and interquartile range instead of mean and std."""
+
+RANDOM_SAMPLE_KWARGS = ("dropout_p",)
+"""A sample passing one of these kwargs > 0 (and not training=False) is random: shape and dtype only."""
 
 SHAPE_ONLY_OPS = {
     "empty": "values of torch.empty are undefined",

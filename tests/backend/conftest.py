@@ -40,7 +40,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     meta = {
         "device": os.environ.get("TPUTOOL_OPINFO_DEVICE", "tpu"),
         "eager_mode": os.environ.get("TPUTOOL_OPINFO_EAGER_MODE", "default"),
-        "max_samples_full_sweep": int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12")),
+        "max_samples_per_op": int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12")),
         "wall_seconds": round(time.time() - _START, 1),
     }
     _opinfo.write_report(results, path, meta)

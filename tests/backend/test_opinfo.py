@@ -3,7 +3,7 @@
 One test per (OpInfo, dtype); every sample of the op runs inside it. CI runs the representative slice
 in `_opinfo_tables.CI_SLICE`; the full sweep (every OpInfo) is marked slow: `pytest -m slow
 tests/backend/test_opinfo.py`. Settings (environment):
-  TPUTOOL_OPINFO_MAX_SAMPLES  samples per op and dtype (default: 12 for the full sweep, 24 for the slice)
+  TPUTOOL_OPINFO_MAX_SAMPLES  samples per op and dtype (default 12, the first 12 OpInfo yields)
   TPUTOOL_OPINFO_BUDGET_S     seconds per op and dtype before remaining samples are dropped (default 30)
   TPUTOOL_OPINFO_REPORT       JSON report path (default build/opinfo.json)
   TPUTOOL_OPINFO_DEVICE       device under test (default tpu; `cpu` checks the harness itself)
@@ -24,8 +24,7 @@ from tests.backend import _opinfo
 from tests.backend import _opinfo_tables as T
 
 DEVICE = os.environ.get("TPUTOOL_OPINFO_DEVICE", "tpu")
-FULL_MAX_SAMPLES = int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12"))
-SLICE_MAX_SAMPLES = int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "24"))
+MAX_SAMPLES = int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12"))
 BUDGET_S = float(os.environ.get("TPUTOOL_OPINFO_BUDGET_S", "30"))
 
 
@@ -53,7 +52,7 @@ def _params() -> list:
                 continue
             in_slice = key in slice_set and (dtype == torch.float32 or key in T.CI_SLICE_EXTRA_DTYPES)
             marks = () if in_slice else (pytest.mark.slow,)
-            params.append(pytest.param(op, dtype, in_slice, id=f"{key}-{str(dtype).removeprefix('torch.')}",
+            params.append(pytest.param(op, dtype, id=f"{key}-{str(dtype).removeprefix('torch.')}",
                                        marks=marks))
     return params
 
@@ -68,12 +67,11 @@ def test_ci_slice_names_exist() -> None:
     assert not (set(T.SHAPE_ONLY_OPS) | T.DISTRIBUTION_OPS | set(T.SKIP_OPS)) - keys
 
 
-@pytest.mark.parametrize(("op", "dtype", "in_slice"), _params())
-def test_opinfo(op, dtype: torch.dtype, in_slice: bool) -> None:
+@pytest.mark.parametrize(("op", "dtype"), _params())
+def test_opinfo(op, dtype: torch.dtype) -> None:
     if DEVICE_ERROR is not None:
         pytest.skip(f"no {DEVICE} device (see test_device_available): {DEVICE_ERROR}")
-    max_samples = SLICE_MAX_SAMPLES if in_slice else FULL_MAX_SAMPLES
-    res = _opinfo.run_op(op, dtype, DEVICE, max_samples, BUDGET_S)
+    res = _opinfo.run_op(op, dtype, DEVICE, MAX_SAMPLES, BUDGET_S)
     if res.status == _opinfo.FAILED:
         pytest.fail(f"{res.cause} ({res.detail})", pytrace=False)
     if res.status == _opinfo.SKIPPED:

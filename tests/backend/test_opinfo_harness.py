@@ -70,12 +70,14 @@ def test_distribution_check() -> None:
         return torch.randn(1000) * (1.0 if n == 1 else 3.0)
     def shifted(n, x):
         return torch.randn(1000) + (0.0 if n == 1 else 1.0)
-    assert _opinfo._check_distribution(same(2, None), same(1, None), robust=False) is None
+    assert _opinfo._check_distribution(same(2, None), same(1, None), "normal") is None
     for fn in (wider, shifted):
         with pytest.raises(_opinfo.SampleFailure, match="distribution mismatch"):
-            _opinfo._check_distribution(fn(2, None), fn(1, None), robust=False)
+            _opinfo._check_distribution(fn(2, None), fn(1, None), "normal")
     with pytest.raises(_opinfo.SampleFailure, match="negative values"):
-        _opinfo._check_distribution(torch.randn(10), torch.rand(10), robust=False)
+        _opinfo._check_distribution(torch.randn(10), torch.rand(10), "rand_like")
+    with pytest.raises(_opinfo.SampleFailure, match="non-integer"):
+        _opinfo._check_distribution(torch.rand(10), torch.ones(10), "bernoulli")
 
 
 def test_summary_groups_failures_by_cause() -> None:
