@@ -38,8 +38,10 @@ def _decompositions() -> dict:
     """Core-ATen decompositions plus EXTRA_DECOMPOSED, minus ops that have a JAX lowering (those stay whole)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
 
+    from tputool.backend.graph.extra_lowerings import register_missing
     from tputool.backend.lowerings import LOWERINGS
 
+    register_missing()
     extra = get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA_DECOMPOSED if hasattr(torch.ops.aten, n)])
     table = {**extra, **core_aten_decompositions()}
     return {op: fn for op, fn in table.items() if op not in LOWERINGS}
@@ -106,4 +108,7 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=False,
         )
-    return _aot_backend(gm, example_inputs)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):  # attention as matmul+softmax: no device-specific fused kernels
+        return _aot_backend(gm, example_inputs)

@@ -55,7 +55,7 @@ def _route_inductor(original: Callable) -> Callable:
 
 
 _seen_breaks: dict[str, int] = {}
-_seen_failures: dict[Any, int] = {}
+_seen_failures: dict[Any, tuple[list, int]] = {}
 
 
 def sync_dynamo_events(*_: Any) -> None:
@@ -71,11 +71,12 @@ def sync_dynamo_events(*_: Any) -> None:
                           amount=new)
             _seen_breaks[reason] = n
     for code, reasons in list(guard_failures.items()):
-        start = _seen_failures.get(code, 0)
-        start = start if start <= len(reasons) else 0
+        seen_list, start = _seen_failures.get(code, (None, 0))
+        if seen_list is not reasons:  # a new list: torch._dynamo.reset() cleared the old one
+            start = 0
         for reason in reasons[start:]:
             events.record("recompile", str(reason).splitlines()[0], function=getattr(code, "co_name", "?"))
-        _seen_failures[code] = len(reasons)
+        _seen_failures[code] = (reasons, len(reasons))
 
 
 def watch_dynamo_events() -> None:

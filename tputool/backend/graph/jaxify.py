@@ -21,7 +21,7 @@ import torch
 from torch import fx
 
 from tputool.backend import events
-from tputool.backend.lowerings import LOWERINGS, Lowering
+from tputool.backend.lowerings import Lowering
 
 SIZE_OPS: dict[Any, Callable] = {
     torch.ops.aten.sym_size.int: lambda x, d: x.shape[d],
@@ -50,9 +50,17 @@ class MissingLoweringError(NotImplementedError):
         )
 
 
+def default_table() -> dict:
+    """LOWERINGS plus graph mode's own entries (views as values, ops missing from the shared table)."""
+    from tputool.backend.graph.extra_lowerings import cached_graph_table
+
+    return cached_graph_table()
+
+
 def missing_lowerings(gm: fx.GraphModule, table: dict | None = None) -> list[str]:
-    """Names of the graph's call_function targets that neither LOWERINGS nor the interpreter handle."""
-    table = LOWERINGS if table is None else table
+    """Names of the graph's call_function targets that neither `table` (default: graph table) nor the
+    interpreter handle."""
+    table = default_table() if table is None else table
     missing = []
     for node in gm.graph.nodes:
         if node.op != "call_function":
@@ -187,7 +195,7 @@ def jaxify(
     without them, placeholders whose FX meta value is not a tensor are taken as sizes. `to_jax` converts
     tensor constants (get_attr); by default CPU tensors go through numpy and `tpu` tensors through the backend.
     """
-    table = LOWERINGS if table is None else table
+    table = default_table() if table is None else table
     missing = missing_lowerings(gm, table)
     if missing:
         raise MissingLoweringError(missing, name)

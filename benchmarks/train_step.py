@@ -1,0 +1,246 @@
+"""Training step and inference forward of tputool's Llama, measured side by side in one run.
+
+Rows (median wall time per step after warm-up, same weights, same batch):
+  jax         the same model written directly in JAX (benchmarks/jax_llama.py), one jax.jit per step
+  tpu-compile torch.compile(model, backend="tpu") forward+backward, torch.compile'd AdamW step (target <= 1.10x jax)
+  torchax     torchax's extract_jax(model) inside the same JAX train step (if torchax is importable;
+              pass --torchax-path DIR for a `pip install --target DIR torchax`; never a tputool dependency)
+  cpu-eager   PyTorch eager on CPU
+  cpu-inductor torch.compile (Inductor) on CPU
+  tpu-strict / tpu-fused   eager on the tpu device, Strict vs Fused mode (target fused >= 1.5x faster)
+
+Timings on a CPU-only machine measure dispatch/compile overheads and XLA:CPU, not TPU speed; read the
+ratios, not the milliseconds.
+
+    python benchmarks/train_step.py [--config tiny|small] [--batch 8] [--steps 20] [--rows jax,tpu-compile,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROWS = ("jax", "tpu-compile", "torchax", "cpu-eager", "cpu-inductor", "tpu-strict", "tpu-fused")
+
+
+def _load_jax_llama():
+    spec = importlib.util.spec_from_file_location("jax_llama", HERE / "jax_llama.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ROUNDS = 3
+"""Each row is timed in ROUNDS rounds of `steps` steps; the best round's median is kept (the machine is shared)."""
+
+
+def _time(step: Callable[[], None], steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    best = float("inf")
+    for _ in range(ROUNDS):
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        best = min(best, statistics.median(times))
+    return best * 1e3
+
+
+def _setup(config: str, batch: int):
+    import torch
+
+    from tputool.models import MODELS
+    from tputool.models.llama import LlamaConfig
+
+    spec = MODELS["llama"]
+    cfg = LlamaConfig.small() if config == "small" else LlamaConfig.tiny()
+    torch.manual_seed(0)
+    model = spec.build(cfg)
+    x, y = spec.example_batch(cfg, batch, "cpu", torch.Generator().manual_seed(0))
+    return spec, cfg, model, x, y
+
+
+def bench_jax(spec, cfg, model, x, y, steps, warmup) -> tuple[float, float]:
+    """(train ms, forward ms) of the hand-written JAX model."""
+    import jax
+    import jax.numpy as jnp
+
+    jl = _load_jax_llama()
+    train, infer = jl.make_steps(cfg)
+    state = {"p": jl.params_from_torch(model)}
+    state["o"] = jl.adamw_init(state["p"])
+    tx, ty = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def step():
+        state["p"], state["o"], loss = train(state["p"], state["o"], tx, ty)
+        jax.block_until_ready(loss)
+
+    def fwd():
+        jax.block_until_ready(infer(state["p"], tx))
+
+    return _time(step, steps, warmup), _time(fwd, steps, warmup)
+
+
+def bench_torch(spec, model, x, y, steps, warmup, device: str, compile_backend: str | None,
+                compile_opt: bool = False) -> tuple[float, float]:
+    """(train ms, forward ms) of the torch model on `device`, eager or torch.compile'd with `compile_backend`."""
+    import torch
+
+    m = copy.deepcopy(model).to(device)
+    xd, yd = x.to(device), y.to(device)
+    fm = torch.compile(m, backend=compile_backend) if compile_backend else m
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    opt_step = torch.compile(opt.step, backend=compile_backend) if (compile_backend and compile_opt) else opt.step
+    sync = _sync_for(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = spec.loss_fn(fm(xd), yd)
+        loss.backward()
+        opt_step()
+        sync(loss)
+
+    def fwd():
+        with torch.no_grad():
+            sync(fm(xd))
+
+    return _time(step, steps, warmup), _time(fwd, steps, warmup)
+
+
+def _sync_for(device: str) -> Callable:
+    if device != "tpu":
+        return lambda t: None
+    import jax
+
+    from tputool.backend.tensor import to_jax
+
+    return lambda t: jax.block_until_ready(to_jax(t.detach()))
+
+
+def bench_tpu_eager(spec, model, x, y, steps, warmup, mode_name: str) -> tuple[float, float]:
+    """(train ms, forward ms) in eager mode `mode_name` (DEFER_NEVER or DEFER_AND_FUSE) on the tpu device."""
+    import torch
+
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode_name))
+    try:
+        return bench_torch(spec, model, x, y, steps, warmup, "tpu", None)
+    finally:
+        torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+
+
+TORCHAX_CHILD = """
+import sys, json
+sys.path.insert(0, {path!r}); sys.path.insert(0, {here!r})
+import train_step as b
+print(json.dumps(b.bench_torchax_here({config!r}, {batch}, {steps}, {warmup})))
+"""
+
+
+def bench_torchax_here(config: str, batch: int, steps: int, warmup: int) -> tuple[float, float]:
+    """(train ms, forward ms) of torchax's JAX function for the torch model, in the reference's JAX step."""
+    import jax
+    import jax.numpy as jnp
+    import torchax
+
+    spec, cfg, model, x, y = _setup(config, batch)
+    jl = _load_jax_llama()
+    weights, fn = torchax.extract_jax(model)
+    tx, ty = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def loss_fn(w, tokens, targets):
+        logits = fn(w, (tokens,))
+        logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]), axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets.reshape(-1, 1), axis=-1))
+
+    @jax.jit
+    def train(w, o, tokens, targets):
+        loss, g = jax.value_and_grad(loss_fn)(w, tokens, targets)
+        w, o = jl.adamw_update(w, g, o)
+        return w, o, loss
+
+    infer = jax.jit(lambda w, tokens: fn(w, (tokens,)))
+    state = {"w": weights, "o": jl.adamw_init(weights)}
+
+    def step():
+        state["w"], state["o"], loss = train(state["w"], state["o"], tx, ty)
+        jax.block_until_ready(loss)
+
+    return _time(step, steps, warmup), _time(lambda: jax.block_until_ready(infer(state["w"], tx)), steps, warmup)
+
+
+def bench_torchax(path: str | None, config: str, batch: int, steps: int, warmup: int) -> tuple[float, float]:
+    """Run `bench_torchax_here` in a child process (torchax installs global torch hooks)."""
+    import json
+    import os
+
+    code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, steps=steps,
+                                warmup=warmup)
+    env = {**os.environ, "TPUTOOL_BACKEND": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"torchax run failed: {last}")
+    return tuple(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure the selected rows and print ms/step and ratios to the JAX reference."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", choices=["tiny", "small"], default="tiny")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--torchax-path", default=None, help="directory of a `pip install --target` torchax")
+    args = ap.parse_args(argv)
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = set(rows) - set(ROWS)
+    if unknown:
+        ap.error(f"unknown rows {sorted(unknown)}; choose from {', '.join(ROWS)}")
+
+    spec, cfg, model, x, y = _setup(args.config, args.batch)
+    n, w = args.steps, args.warmup
+    runs: dict[str, Callable[[], tuple[float, float]]] = {
+        "jax": lambda: bench_jax(spec, cfg, model, x, y, n, w),
+        "tpu-compile": lambda: bench_torch(spec, model, x, y, n, w, "tpu", "tpu", compile_opt=True),
+        "torchax": lambda: bench_torchax(args.torchax_path, args.config, args.batch, n, w),
+        "cpu-eager": lambda: bench_torch(spec, model, x, y, n, w, "cpu", None),
+        "cpu-inductor": lambda: bench_torch(spec, model, x, y, n, w, "cpu", "inductor"),
+        "tpu-strict": lambda: bench_tpu_eager(spec, model, x, y, n, w, "DEFER_NEVER"),
+        "tpu-fused": lambda: bench_tpu_eager(spec, model, x, y, n, w, "DEFER_AND_FUSE"),
+    }
+    results: dict[str, tuple[float, float] | str] = {}
+    for r in rows:
+        try:
+            results[r] = runs[r]()
+        except Exception as e:  # noqa: BLE001 - a row that cannot run is reported, not fatal
+            results[r] = f"n/a: {type(e).__name__}: {str(e).strip().splitlines()[0][:100] if str(e).strip() else ''}"
+    print(f"llama {args.config} (dim {cfg.dim}, {cfg.n_layers} layers), batch {args.batch}x{cfg.max_seq_len}, "
+          f"best of {ROUNDS} rounds' medians of {n} steps, after {w} warm-up")
+    ref = results.get("jax")
+    print(f"{'row':<14}{'train ms':>10}{'x jax':>8}{'fwd ms':>10}{'x jax':>8}")
+    for r in rows:
+        v = results[r]
+        if isinstance(v, str):
+            print(f"{r:<14}{v}")
+            continue
+        rt = f"{v[0] / ref[0]:.2f}" if isinstance(ref, tuple) else "-"
+        rf = f"{v[1] / ref[1]:.2f}" if isinstance(ref, tuple) else "-"
+        print(f"{r:<14}{v[0]:>10.2f}{rt:>8}{v[1]:>10.2f}{rf:>8}")
+    s, f = results.get("tpu-strict"), results.get("tpu-fused")
+    if isinstance(s, tuple) and isinstance(f, tuple):
+        print(f"fused vs strict eager: {s[0] / f[0]:.2f}x faster (train), {s[1] / f[1]:.2f}x (forward)")
+
+
+if __name__ == "__main__":
+    main()
