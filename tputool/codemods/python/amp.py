@@ -1,0 +1,188 @@
+"""TPU3xx handlers: autocast, GradScaler, custom_fwd/bwd, fp16 and fp64 use."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tputool.codemods.python.context import PortBase
+from tputool.codemods.python.device import _commas
+from tputool.codemods.python.strings import literal, replace_prefix, tpu_device_expr
+from tputool.codemods.python.tables import (
+    AUTOCAST_CUDA,
+    AUTOCAST_GENERIC,
+    CUDA_AUTOCAST_POSITIONAL,
+    CUDA_GRAD_SCALERS,
+    CUSTOM_FWD_BWD,
+    FP16_KWARGS,
+    FP16_QNAMES,
+    FP16_STRING_KWARGS,
+    FP16_STRINGS,
+    FP64_STRINGS,
+    GRAD_SCALERS,
+    INT64_SORTS,
+    NUMPY_FP64,
+)
+
+_N_BF16 = "CUDA autocast defaulted to float16; TPU autocast uses bfloat16 (no loss scaling needed)"
+
+
+def _kw(args, name: str) -> int | None:
+    return next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == name), None)
+
+
+def cuda_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU301: torch.cuda.amp.autocast(...) -> torch.autocast("tpu", dtype=torch.bfloat16, ...)."""
+    if q not in AUTOCAST_CUDA or any(a.star for a in upd.args):
+        return upd
+    if not t.fire("TPU301", orig, note=_N_BF16):
+        return upd
+    t.replaced(orig.func)
+    kwargs = []
+    for i, a in enumerate(upd.args):
+        if a.keyword is None and i < len(CUDA_AUTOCAST_POSITIONAL):
+            a = a.with_changes(keyword=cst.Name(CUDA_AUTOCAST_POSITIONAL[i]),
+                               equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                     whitespace_after=cst.SimpleWhitespace("")))
+        kwargs.append(a)
+    if _kw(kwargs, "dtype") is None:
+        kwargs.insert(0, cst.Arg(keyword=cst.Name("dtype"), value=t.expr(t.torch("bfloat16")),
+                                 equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                       whitespace_after=cst.SimpleWhitespace(""))))
+    else:
+        idx = _kw(kwargs, "dtype")
+        orig_dtype = _orig_dtype(orig)
+        if orig_dtype is not None and t.qname(orig_dtype.value) in FP16_QNAMES and t.fire("TPU303", orig_dtype):
+            kwargs[idx] = kwargs[idx].with_changes(value=t.expr(t.torch("bfloat16")))
+    args = [cst.Arg(cst.SimpleString('"tpu"')), *kwargs]
+    return upd.with_changes(func=t.expr(t.torch("autocast")), args=_commas(args))
+
+
+def _orig_dtype(orig: cst.Call) -> cst.Arg | None:
+    for i, a in enumerate(orig.args):
+        if (a.keyword is not None and a.keyword.value == "dtype") or (a.keyword is None and i == 1):
+            return a
+    return None
+
+
+def generic_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU302: torch.autocast("cuda"/device_type="cuda") -> "tpu" (+ bf16 when no dtype); TPU303 fp16."""
+    if q not in AUTOCAST_GENERIC or not upd.args:
+        return upd
+    args = list(upd.args)
+    d_idx = 0 if args[0].keyword is None else _kw(args, "device_type")
+    dtype_idx = _kw(args, "dtype")
+    if dtype_idx is None and len(args) > 1 and args[1].keyword is None:
+        dtype_idx = 1
+    if d_idx is not None:
+        new_dev = tpu_device_expr(args[d_idx].value)
+        if new_dev is not None and t.fire("TPU302", orig):
+            args[d_idx] = args[d_idx].with_changes(value=new_dev)
+            if dtype_idx is None:
+                args.append(cst.Arg(keyword=cst.Name("dtype"), value=t.expr(t.torch("bfloat16")),
+                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                          whitespace_after=cst.SimpleWhitespace(""))))
+                args = _commas(args)
+    dev_val = literal(args[d_idx].value) if d_idx is not None else None
+    if dtype_idx is not None and dev_val in ("tpu", "cuda"):
+        o = t.at(orig, upd, dtype_idx)
+        o = o if isinstance(o, cst.Arg) else None
+        if o is not None and t.qname(o.value) in FP16_QNAMES and t.fire("TPU303", o):
+            args[dtype_idx] = args[dtype_idx].with_changes(value=t.expr(t.torch("bfloat16")))
+    return upd.with_changes(args=args)
+
+
+def grad_scaler(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU304: GradScaler; unsafe fix torch.amp.GradScaler("tpu", enabled=False)."""
+    if q not in GRAD_SCALERS:
+        return upd
+    args = list(upd.args)
+    en = _kw(args, "enabled")
+    if en is not None and isinstance(args[en].value, cst.Name) and args[en].value.value == "False":
+        return upd
+    if q not in CUDA_GRAD_SCALERS:
+        dev = args[0] if args and args[0].keyword is None else (args[_kw(args, "device")]
+                                                                  if _kw(args, "device") is not None else None)
+        if dev is None or literal(dev.value) not in ("cuda", "tpu"):
+            return upd  # a CPU scaler, or a device we cannot read
+    if not t.fire("TPU304", orig, note="then scaler.scale(loss).backward()/step()/update() do plain "
+                                       "backward/step; remove them when convenient"):
+        return upd
+    t.replaced(orig.func)
+    keep = [a for a in args if a.keyword is not None and a.keyword.value not in ("enabled", "device")]
+    new_args = [cst.Arg(cst.SimpleString('"tpu"')), *keep,
+                cst.Arg(keyword=cst.Name("enabled"), value=cst.Name("False"),
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace("")))]
+    return upd.with_changes(func=t.expr(t.torch("amp.GradScaler")), args=_commas(new_args))
+
+
+def _device_type_arg() -> cst.Arg:
+    return cst.Arg(keyword=cst.Name("device_type"), value=cst.SimpleString('"tpu"'),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def custom_fwd_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU305: @torch.cuda.amp.custom_fwd(cast_inputs=...) -> @torch.amp.custom_fwd(device_type="tpu", ...)."""
+    name = CUSTOM_FWD_BWD.get(q or "")
+    if name is None or not t.fire("TPU305", orig):
+        return upd
+    t.replaced(orig.func)
+    return upd.with_changes(func=t.expr(t.torch(f"amp.{name}")), args=_commas([_device_type_arg(), *upd.args]))
+
+
+def decorator(t: PortBase, orig: cst.Decorator, upd: cst.Decorator) -> cst.Decorator:
+    """TPU305 bare @custom_fwd/@custom_bwd; TPU415 bare @torch.compile."""
+    q = t.qname(orig.decorator) if isinstance(orig.decorator, cst.Name | cst.Attribute) else None
+    if q in CUSTOM_FWD_BWD and t.fire("TPU305", orig.decorator):
+        t.replaced(orig.decorator)
+        call = cst.Call(func=t.expr(t.torch(f"amp.{CUSTOM_FWD_BWD[q]}")), args=[_device_type_arg()])
+        return upd.with_changes(decorator=call)
+    if q == "torch.compile" and t.fire("TPU415", orig.decorator):
+        arg = cst.Arg(keyword=cst.Name("backend"), value=cst.SimpleString('"tpu"'),
+                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                            whitespace_after=cst.SimpleWhitespace("")))
+        return upd.with_changes(decorator=cst.Call(func=upd.decorator, args=[arg]))
+    return upd
+
+
+def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU306 .half() (unsafe -> .bfloat16()), TPU307 .double(), TPU308 int64 sorts."""
+    func = upd.func
+    if not isinstance(func, cst.Attribute) or q is not None and not q.startswith("torch"):
+        return upd
+    name = func.attr.value
+    if name == "half" and not upd.args:
+        if t.fire("TPU306", orig):
+            return upd.with_changes(func=func.with_changes(attr=cst.Name("bfloat16")))
+    elif name == "double" and not upd.args:
+        t.fire("TPU307", orig)
+    elif name in INT64_SORTS:
+        recv = orig.func.value
+        if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value == "long":
+            t.fire("TPU308", orig)
+    return upd
+
+
+def dtype_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU306 fp16=True / dtype="float16" / mixed_precision="fp16"; TPU307 dtype="float64"/np.float64."""
+    args = list(upd.args)
+    changed = False
+    for i, a in enumerate(args):
+        if a.keyword is None:
+            continue
+        kw = a.keyword.value
+        if kw in FP16_KWARGS and isinstance(a.value, cst.Name) and a.value.value == "True":
+            new_kw = FP16_KWARGS[kw]
+            if t.fire("TPU306", t.at(orig, upd, i), fixable=new_kw is not None) and new_kw:
+                args[i] = a.with_changes(keyword=cst.Name(new_kw))
+                changed = True
+        elif kw in FP16_STRING_KWARGS or kw == "dtype":
+            v = literal(a.value)
+            if v in FP16_STRINGS and kw in FP16_STRING_KWARGS:
+                if t.fire("TPU306", t.at(orig, upd, i)):
+                    args[i] = a.with_changes(value=replace_prefix(a.value, v, FP16_STRINGS[v]))
+                    changed = True
+            elif v in FP64_STRINGS or t.qname(getattr(t.at(orig, upd, i), "value", orig)) in NUMPY_FP64:
+                t.fire("TPU307", t.at(orig, upd, i))
+    return upd.with_changes(args=args) if changed else upd

@@ -1,0 +1,258 @@
+"""TPU2xx and reference handlers: qualified-name renames/findings, statement removal, `with` unwrapping."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tputool.codemods.python.context import PortBase
+from tputool.codemods.python.strings import literal
+from tputool.codemods.python.tables import (
+    ASSIGN,
+    ASSIGN_TARGETS,
+    AUTOCAST_CUDA,
+    AUTOCAST_GENERIC,
+    BUILTIN_OP_NAMESPACES,
+    CUDA_CATCH_ALL,
+    FIND,
+    FP16_QNAMES,
+    OWNED,
+    REFS,
+    STATEMENT_CALLS,
+    WITH_UNWRAP,
+    Ref,
+)
+
+
+def lookup(q: str) -> tuple[str, Ref] | None:
+    """The longest REFS prefix of qualified name `q` and its entry."""
+    parts = q.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        ref = REFS.get(key)
+        if ref is not None:
+            return key, ref
+    return None
+
+
+def prefix_match(q: str, table: dict[str, str]) -> str | None:
+    """The code of the longest key of `table` that is `q` or a dotted prefix of it."""
+    parts = q.split(".")
+    for n in range(len(parts), 0, -1):
+        code = table.get(".".join(parts[:n]))
+        if code is not None:
+            return code
+    return None
+
+
+def _is_outermost(t: PortBase, orig: cst.BaseExpression) -> bool:
+    parent = t.parent(orig)
+    if isinstance(parent, cst.Attribute) and (parent.value is orig or parent.attr is orig):
+        return False
+    return True
+
+
+def _is_dotted(node: cst.BaseExpression) -> bool:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _called_or_decorated(t: PortBase, orig: cst.CSTNode) -> bool:
+    parent = t.parent(orig)
+    return (isinstance(parent, cst.Call) and parent.func is orig) or isinstance(parent, cst.Decorator)
+
+
+def _in_autocast_dtype(t: PortBase, orig: cst.CSTNode) -> bool:
+    arg = t.parent(orig)
+    if not isinstance(arg, cst.Arg):
+        return False
+    call = t.parent(arg)
+    if not isinstance(call, cst.Call):
+        return False
+    q = t.qname(call.func)
+    return q in AUTOCAST_CUDA or q in AUTOCAST_GENERIC
+
+
+def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """Rename or report an outermost dotted name by the REFS table (plus the torch.cuda catch-all)."""
+    if not _is_outermost(t, orig) or not _is_dotted(orig):
+        return upd
+    q = t.qname(orig)
+    if q is None:
+        return upd
+    hit = lookup(q)
+    if hit is None:
+        if q.startswith(CUDA_CATCH_ALL[0] + "."):
+            t.fire(CUDA_CATCH_ALL[1], orig, message=f"{q} has no known TPU equivalent; remove it or find the "
+                                                    "torch.tpu name")
+        elif q.startswith("torch.ops."):
+            ns = q.split(".")[2] if q.count(".") >= 2 else ""
+            if ns and ns not in BUILTIN_OP_NAMESPACES and q.count(".") >= 3:
+                t.fire("TPU502", orig, message=f"custom op {q} (an extension) cannot run on TPU unless "
+                                               "re-registered for it")
+        return upd
+    key, ref = hit
+    if ref.kind == ASSIGN:
+        return upd
+    if ref.kind == OWNED:
+        if not _called_or_decorated(t, orig):
+            t.fire(ref.code, orig, fixable=False, message=ref.message)
+        return upd
+    if ref.kind == FIND:
+        t.fire(ref.code, orig, fixable=False, message=ref.message, note=ref.note)
+        return upd
+    # RENAME
+    if q in FP16_QNAMES and _in_autocast_dtype(t, orig):
+        return upd  # TPU303 owns the autocast dtype
+    if not t.fire(ref.code, orig, message=ref.message, note=ref.note):
+        return upd
+    target = (ref.target or "") + q[len(key):]
+    root = _torch_root(t, orig)
+    if target.startswith("torch.") and root is not None:
+        text = root + target[len("torch"):]
+    else:
+        text = t.torch(target[len("torch."):]) if target.startswith("torch.") else target
+    t.replaced(orig)
+    new = t.expr(text)
+    if isinstance(upd, cst.Name | cst.Attribute) and (upd.lpar or upd.rpar) and hasattr(new, "lpar"):
+        new = new.with_changes(lpar=upd.lpar, rpar=upd.rpar)
+    return new
+
+
+def _torch_root(t: PortBase, orig: cst.BaseExpression) -> str | None:
+    """The name at the root of a dotted reference when it is bound to the torch module itself."""
+    root = orig
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if isinstance(root, cst.Name) and root is not orig and t.qname(root) == "torch":
+        return root.value
+    return None
+
+
+def bf16_supported(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU204: torch.cuda.is_bf16_supported() -> True."""
+    if q != "torch.cuda.is_bf16_supported" or not t.fire("TPU204", orig, note="TPUs compute natively in bf16"):
+        return upd
+    t.replaced(orig.func)
+    return cst.Name("True")
+
+
+def owned_elsewhere(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """Statement/with-owned calls used in another position: report them without a fix."""
+    if q is None:
+        return upd
+    parent = t.parent(orig)
+    if q in STATEMENT_CALLS and not isinstance(parent, cst.Expr):
+        t.fire(STATEMENT_CALLS[q], orig, fixable=False)
+    elif q in WITH_UNWRAP and not isinstance(parent, cst.WithItem):
+        t.fire(WITH_UNWRAP[q], orig, fixable=False)
+    return upd
+
+
+_REMOVE = None
+
+
+def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
+               ) -> cst.BaseSmallStatement | None:
+    """One small statement: itself, a replacement, or None (removed)."""
+    if isinstance(o, cst.Expr) and isinstance(o.value, cst.Call):
+        q = t.qname(o.value.func)
+        code = STATEMENT_CALLS.get(q) if q else None
+        if code is not None and t.fire(code, o.value, note=_note(code)):
+            t.replaced(o.value.func)
+            return _REMOVE
+        return u
+    if isinstance(o, cst.Assign) and len(o.targets) == 1:
+        q = t.qname(o.targets[0].target)
+        code = prefix_match(q, ASSIGN_TARGETS) if q else None
+        if code is None:
+            return u
+        value = u.value
+        if code == "TPU402":
+            if t.fire(code, o):
+                t.replaced(o.targets[0].target)
+                return cst.Expr(t.expr(f"{t.torch('use_deterministic_algorithms')}({t.code(value)})"))
+            return u
+        if code == "TPU309":
+            level = {"True": "high", "False": "highest"}.get(value.value) if isinstance(value, cst.Name) else None
+            if q.endswith("allow_tf32") and level is not None:
+                if t.fire(code, o):
+                    t.replaced(o.targets[0].target)
+                    return cst.Expr(t.expr(f'{t.torch("set_float32_matmul_precision")}("{level}")'))
+            else:
+                t.fire(code, o, fixable=False)
+            return u
+        if t.fire(code, o, note=_note(code)):
+            t.replaced(o.targets[0].target)
+            return _REMOVE
+        return u
+    return u
+
+
+def _note(code: str) -> str | None:
+    return {"TPU210": "XLA manages TPU memory; drop references to free it",
+            "TPU218": "use torch.profiler.record_function for TPU trace markers",
+            "TPU404": "F.scaled_dot_product_attention stays; the TPU backend picks its kernel"}.get(code)
+
+
+def statements(t: PortBase, orig_body, upd_body) -> list | None:
+    """The small statements of a line after removal/replacement, or None when nothing changed."""
+    out = []
+    changed = False
+    for o, u in zip(orig_body, upd_body, strict=True):
+        r = _statement(t, o, u)
+        if r is not u:
+            changed = True
+        if r is not None:
+            out.append(r)
+    if not changed:
+        return None
+    return [s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(out) - 1 else s
+            for i, s in enumerate(out)]
+
+
+def with_unwrap(t: PortBase, orig: cst.With, upd: cst.With):
+    """TPU404/TPU218: drop sdp_kernel/sdpa_kernel/emit_nvtx items; unwrap the body when none is left."""
+    keep = []
+    dropped = False
+    for oi, ui in zip(orig.items, upd.items, strict=True):
+        call = oi.item
+        q = t.qname(call.func) if isinstance(call, cst.Call) else None
+        code = WITH_UNWRAP.get(q) if q else None
+        if code is not None:
+            if oi.asname is None and t.fire(code, call, note=_note(code)):
+                t.replaced(call.func)
+                dropped = True
+                continue
+            if oi.asname is not None:
+                t.fire(code, call, fixable=False)
+        keep.append(ui)
+    if not dropped:
+        return upd
+    if keep:
+        keep = [k.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(keep) - 1 else k
+                for i, k in enumerate(keep)]
+        return upd.with_changes(items=keep)
+    body = upd.body
+    if isinstance(body, cst.SimpleStatementSuite):
+        return cst.SimpleStatementLine(body=body.body, leading_lines=upd.leading_lines)
+    stmts = list(body.body)
+    if not stmts:
+        return cst.RemovalSentinel.REMOVE
+    stmts[0] = stmts[0].with_changes(leading_lines=[*upd.leading_lines, *stmts[0].leading_lines])
+    return cst.FlattenSentinel(stmts)
+
+
+def string_literal(t: PortBase, orig: cst.SimpleString) -> None:
+    """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only)."""
+    from tputool.codemods.python.tables import CUDA_ENV_EXACT, CUDA_ENV_PREFIXES, CUDA_VISIBLE
+
+    v = literal(orig)
+    if not v or len(v) > 80:
+        return
+    if v in CUDA_VISIBLE:
+        t.fire("TPU412", orig)
+    elif v in CUDA_ENV_EXACT or v.startswith(CUDA_ENV_PREFIXES):
+        t.fire("TPU413", orig, message=f"{v} has no effect on TPU; remove it")
+    elif v.split(" ")[0] in ("nvidia-smi", "gpustat"):
+        t.fire("TPU512", orig)

@@ -1,0 +1,205 @@
+"""The machinery every Python rule handler shares: names, positions, suppressions, findings, imports."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.codemod import CodemodContext, ContextAwareTransformer
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+
+from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
+from tputool.codemods.rules_table import RULES
+
+_EMPTY = cst.Module(body=[])
+
+
+class PortBase(ContextAwareTransformer):
+    """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+
+    def __init__(self, context: CodemodContext, source: str, path: str, settings: Settings,
+                 module: cst.Module) -> None:
+        super().__init__(context)
+        self.path = path
+        self.settings = settings
+        self.lines = source.splitlines()
+        self.findings: list[Finding] = []
+        self._decided: dict[tuple[str, int, int], bool] = {}
+        self.torch_alias, self.bindings = _scan_imports(module)
+        self.need_torch_import = False
+        self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
+
+    # ---- names and positions ----
+    def qname(self, node: cst.CSTNode) -> str | None:
+        """The fully qualified name an (original) Name/Attribute/Call-func refers to, if it comes from an import."""
+        try:
+            names = self.get_metadata(QualifiedNameProvider, node, set())
+        except KeyError:
+            names = set()
+        for q in sorted(names, key=lambda q: q.name):
+            if q.source is QualifiedNameSource.IMPORT:
+                return q.name
+        full = get_full_name_for_node(node) if isinstance(node, cst.Name | cst.Attribute) else None
+        if full and full.split(".")[0] == "torch" and not names:
+            return full  # `torch` used without an import (snippets): still resolve
+        return None
+
+    def call_qname(self, call: cst.Call) -> str | None:
+        """The qualified name of an original call's callee."""
+        return self.qname(call.func)
+
+    @staticmethod
+    def at(orig: cst.Call, upd: cst.Call, i: int) -> cst.CSTNode:
+        """The original argument matching updated argument i (by keyword, else position), or the call."""
+        a = upd.args[i]
+        if a.keyword is not None:
+            for o in orig.args:
+                if o.keyword is not None and o.keyword.value == a.keyword.value:
+                    return o
+            return orig
+        if len(orig.args) == len(upd.args) and orig.args[i].keyword is None:
+            return orig.args[i]
+        return orig
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of an original node (None at the module)."""
+        try:
+            return self.get_metadata(ParentNodeProvider, node)
+        except KeyError:
+            return None
+
+    def pos(self, node: cst.CSTNode) -> tuple[int, int]:
+        """1-based (line, column) of an original node."""
+        try:
+            p = self.get_metadata(PositionProvider, node).start
+            return p.line, p.column + 1
+        except KeyError:
+            return 1, 1
+
+    def statement_line(self, node: cst.CSTNode) -> int:
+        """First line of the statement that holds an original node."""
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            cur = self.parent(cur)
+        return self.pos(cur)[0] if cur is not None else self.pos(node)[0]
+
+    # ---- findings ----
+    def fire(self, code: str, node: cst.CSTNode, *, fixable: bool = True, message: str | None = None,
+             note: str | None = None) -> bool:
+        """Report rule `code` at an original node; True when its rewrite should be applied.
+
+        Nothing is reported (and False returned) when the rule is not selected or the line suppresses it.
+        `fixable=False` reports a finding whose rewrite does not apply at this place.
+        """
+        rule = RULES[code]
+        if not self.settings.enabled(code):
+            return False
+        line, col = self.pos(node)
+        key = (code, line, col)
+        if key in self._decided:
+            return self._decided[key]
+        for ln in {line, self.statement_line(node)}:
+            text = self.lines[ln - 1] if 0 < ln <= len(self.lines) else ""
+            if is_suppressed(code, suppressed_codes(text)):
+                self._decided[key] = False
+                return False
+        has_fix = fixable and rule.fix is not FixSafety.NONE
+        apply = has_fix and (rule.fix is FixSafety.SAFE or self.settings.unsafe_fixes)
+        extra = {"rule": rule.name}
+        if note:
+            extra["note"] = note
+        self.findings.append(Finding(path=self.path, line=line, col=col, code=code,
+                                     message=message or rule.message, severity=rule.severity,
+                                     fixed=apply, fixable=has_fix, extra=extra))
+        self._decided[key] = apply
+        return apply
+
+    # ---- building nodes ----
+    def torch(self, dotted: str = "") -> str:
+        """Source text for `torch.<dotted>` using the file's torch alias (adds `import torch` if missing)."""
+        if self.torch_alias is None:
+            self.need_torch_import = True
+            alias = "torch"
+        else:
+            alias = self.torch_alias
+        return f"{alias}.{dotted}" if dotted else alias
+
+    def expr(self, text: str) -> cst.BaseExpression:
+        """Parse an expression built from text."""
+        return cst.parse_expression(text)
+
+    @staticmethod
+    def code(node: cst.CSTNode) -> str:
+        """Source text of a node."""
+        return _EMPTY.code_for_node(node)
+
+    def replaced(self, original: cst.CSTNode) -> None:
+        """Note that a dotted reference was rewritten, so the import it came through may become unused."""
+        root = original
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if isinstance(root, cst.Call):
+            return self.replaced(root.func)
+        if isinstance(root, cst.Name) and root.value in self.bindings:
+            module, obj, asname = self.bindings[root.value]
+            RemoveImportsVisitor.remove_unused_import(self.context, module, obj, asname)
+
+    def finish(self) -> None:
+        """Schedule the `import torch` that rewrites need."""
+        if self.need_torch_import:
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+
+
+def _scan_imports(module: cst.Module) -> tuple[str | None, dict[str, tuple[str, str | None, str | None]]]:
+    """The name bound to the torch module (if any) and the removable import bindings at module level.
+
+    bindings maps a bound name to (module, obj, asname) as RemoveImportsVisitor wants them; `import torch`
+    itself is never listed.
+    """
+    torch_alias: str | None = None
+    bindings: dict[str, tuple[str, str | None, str | None]] = {}
+    for node in _top_imports(module):
+        if isinstance(node, cst.Import):
+            for a in node.names:
+                name = get_full_name_for_node(a.name) or ""
+                asname = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None
+                if name == "torch" or (name.startswith("torch.") and asname is None):
+                    if asname is None or name == "torch":
+                        torch_alias = torch_alias or (asname or "torch")
+                    continue
+                if asname:
+                    bindings[asname] = (name, None, asname)
+                elif "." not in name:
+                    bindings[name] = (name, None, None)
+        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            if node.relative or node.module is None:
+                continue
+            mod = get_full_name_for_node(node.module) or ""
+            for a in node.names:
+                obj = a.name.value if isinstance(a.name, cst.Name) else None
+                if obj is None:
+                    continue
+                asname = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None
+                bindings[asname or obj] = (mod, obj, asname)
+    return torch_alias, bindings
+
+
+def _top_imports(module: cst.Module):
+    """Import statements at module level and inside module-level if/try blocks."""
+    stack: list[cst.CSTNode] = list(module.body)
+    while stack:
+        stmt = stack.pop(0)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import | cst.ImportFrom):
+                    yield small
+        elif isinstance(stmt, cst.If | cst.Try):
+            body = stmt.body
+            if isinstance(body, cst.IndentedBlock):
+                stack.extend(body.body)
+            handlers = getattr(stmt, "handlers", ())
+            for h in handlers:
+                if isinstance(h.body, cst.IndentedBlock):
+                    stack.extend(h.body.body)
