@@ -21,37 +21,58 @@ def expected(path: Path) -> set[tuple[str, int]]:
     return out
 
 
-# What the fixtures need from the tpu device: eager training steps (SGD, AdamW), float64 copies, and
-# torch.compile(backend="tpu"). Run once per test session in a subprocess.
-_PROBE = """
+# What the fixtures need from the tpu device: eager training steps (SGD, AdamW) and float64 copies; the
+# graph-break and recompile fixtures also need torch.compile(backend="tpu"). Each probe runs once, in a
+# subprocess.
+_PROBE_EAGER = """
 import numpy as np, torch
 m = torch.nn.Linear(8, 8).to("tpu")
 for opt in (torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.AdamW(m.parameters())):
     m(torch.randn(2, 8, device="tpu")).pow(2).mean().backward(); opt.step(); opt.zero_grad()
 torch.from_numpy(np.zeros((2, 8))).to("tpu").sum().item()
-f = torch.compile(lambda x: m(x).sum(), backend="tpu")
-f(torch.randn(2, 8, device="tpu")).item()
 """
+_PROBE_COMPILE = _PROBE_EAGER + """
+f = torch.compile(lambda x: m(x).pow(2).mean(), backend="tpu")
+f(torch.randn(2, 8, device="tpu")).backward()
+"""
+_probed: dict[bool, bool] = {}
 
 
-def tpu_works() -> bool:
-    """True when the bundled tpu device and its compile backend run what the fixtures need."""
+def tpu_works(compile: bool = False) -> bool:
+    """True when the bundled tpu device (and, with `compile`, its torch.compile backend) runs the fixtures."""
     import subprocess
     import sys
 
-    if not hasattr(tpu_works, "cached"):
+    if compile not in _probed:
         try:
-            r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=180)
-            tpu_works.cached = r.returncode == 0
+            r = subprocess.run([sys.executable, "-c", _PROBE_COMPILE if compile else _PROBE_EAGER],
+                               capture_output=True, timeout=180)
+            _probed[compile] = r.returncode == 0
         except subprocess.TimeoutExpired:
-            tpu_works.cached = False
-    return tpu_works.cached
+            _probed[compile] = False
+    return _probed[compile]
 
 
 @pytest.fixture(params=["cpu", "tpu"])
 def device(request, monkeypatch):
-    """Run the fixture scripts on this device (TPUTOOL_FIXTURE_DEVICE); tpu only where it works."""
-    if request.param == "tpu" and not tpu_works():
-        pytest.skip("the tpu device cannot run the fixtures in this build")
+    """Run the fixture scripts on this device (TPUTOOL_FIXTURE_DEVICE); tpu only where it works.
+
+    Tests marked `needs_compile` also need torch.compile(backend="tpu") on the tpu device."""
+    if request.param == "tpu":
+        compile = request.node.get_closest_marker("needs_compile") is not None
+        if not tpu_works(compile):
+            pytest.skip("the tpu device" + (" compile backend" if compile else "") + " cannot run this fixture yet")
+    else:
+        monkeypatch.setenv("TPUTOOL_BACKEND", "0")  # CPU runs need no backend: a faster child start-up
     monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", request.param)
     return request.param
+
+
+@pytest.fixture
+def no_backend(monkeypatch):
+    """Children start without the tpu backend (for tests of CPU-only scripts)."""
+    monkeypatch.setenv("TPUTOOL_BACKEND", "0")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_compile: the fixture needs torch.compile(backend='tpu') on tpu")

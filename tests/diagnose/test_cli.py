@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.diagnose.conftest import FIXTURES
@@ -14,6 +15,7 @@ from tputool.cli import app
 from tputool.errors import UserError
 
 runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("no_backend")
 
 
 def _script(tmp_path, body: str):

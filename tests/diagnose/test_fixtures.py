@@ -8,7 +8,9 @@ from tests.diagnose.conftest import FIXTURES, expected, tpu_works
 from tputool.codemods.model import Severity
 from tputool.diagnose import diagnose
 
-PROBLEM_FIXTURES = ["host_sync.py", "float64.py", "graph_break.py", "recompile.py"]
+_COMPILED = pytest.mark.needs_compile
+PROBLEM_FIXTURES = ["host_sync.py", "float64.py", pytest.param("graph_break.py", marks=_COMPILED),
+                    pytest.param("recompile.py", marks=_COMPILED)]
 
 
 def _problems(report) -> set[tuple[str, int]]:
