@@ -18,7 +18,7 @@ import torch
 
 from tputool.backend import cache, fallback, modes, rng
 from tputool.backend import tensor as tt
-from tputool.backend.lowerings import LOWERINGS, Lowering
+from tputool.backend.lowerings import LOWERINGS, Lowering, Unsupported
 
 Handler = Callable[[tuple, dict], object]
 HANDLERS: dict[torch._ops.OpOverload, Handler] = {}
@@ -101,7 +101,16 @@ class Signature:
 
 
 class LoweredOp:
-    """Runs a functional lowering as a cached jitted kernel; subclasses add in-place and out= writes."""
+    """Runs a functional lowering as a cached jitted kernel; subclasses add in-place and out= writes.
+
+    A call the lowering refuses (`Unsupported`) goes through the CPU fallback.
+    """
+
+    def __call__(self, args: tuple, kwargs: dict):
+        try:
+            return self.call(args, kwargs)
+        except Unsupported:
+            return fallback.run_on_cpu(self.op, args, kwargs)
 
     def __init__(self, op: torch._ops.OpOverload, low: Lowering, sig_op: torch._ops.OpOverload | None = None):
         self.op = op
@@ -182,6 +191,7 @@ class LoweredOp:
         return kernel
 
     def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None):
+        """Run the jitted kernel; raises Unsupported when the lowering refuses these arguments."""
         key, dyn, template = self._prepare(vals)
         if self.low.needs_rng:
             dyn.insert(0, rng.next_words())
@@ -194,7 +204,7 @@ class LoweredOp:
             jax.block_until_ready(out)
         return out
 
-    def __call__(self, args: tuple, kwargs: dict):
+    def call(self, args: tuple, kwargs: dict):
         out = self._run(self.sig.normalize(args, kwargs))
         if self.single:
             t = _create(out.shape, _NP_TO_TORCH[out.dtype])
@@ -211,14 +221,14 @@ def wrap_returns(out, returns: list[str]):
 
 
 def _wrap_one(o, ret: str):
+    if o is None:
+        return None
     if ret == "Tensor":
         return tt.from_jax(o)
     if ret.startswith("List[") or ret.endswith("[]"):
         return [tt.from_jax(x) for x in o]
     if ret in ("bool", "int", "float", "number", "complex"):
         return tt.jax_to_cpu(o, "item").item()
-    if o is None:
-        return None
     return tt.from_jax(o)
 
 
@@ -231,7 +241,7 @@ def _check_cast(res_dtype, out_dtype: torch.dtype, name: str) -> None:
 class InplaceOp(LoweredOp):
     """`op_` : the functional lowering, cast to self's dtype, written back through self's view."""
 
-    def __call__(self, args: tuple, kwargs: dict):
+    def call(self, args: tuple, kwargs: dict):
         vals = self.sig.normalize(args, kwargs)
         targets = [vals[i] for i in self.sig.written]
         dts = tuple(t.dtype for t in targets)
@@ -258,7 +268,7 @@ class InplaceOp(LoweredOp):
 class OutOp(LoweredOp):
     """`op.out` : the functional lowering, then each result resized/cast into its out= tensor."""
 
-    def __call__(self, args: tuple, kwargs: dict):
+    def call(self, args: tuple, kwargs: dict):
         vals = self.sig.normalize(args, kwargs)
         outs = [vals[i] for i in self.sig.written]
         dts = tuple(t.dtype for t in outs)
@@ -399,10 +409,10 @@ def choose(op: torch._ops.OpOverload) -> Handler:
             h = LoweredOp(op, low)
         else:
             d = _decomposition(op)
-            if d is not None:
-                h = DecompOp(op, d)
-            elif f is not None and _decomposition(f) is not None:
+            if f is not None and _decomposition(f) is not None:
                 h = DecompOp(op, _decomposition(f), then_write=True)
+            elif d is not None:
+                h = DecompOp(op, d)
             else:
                 h = fallback.CpuOp(op)
     HANDLERS[op] = h

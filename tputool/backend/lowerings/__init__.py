@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import torch
 
 
+class Unsupported(NotImplementedError):
+    """Raised by a lowering (at trace time) for arguments it cannot lower, e.g. a data-dependent output
+    shape; eager dispatch then runs that call through the CPU fallback instead."""
+
+
 @dataclass(frozen=True)
 class Lowering:
     """One entry of the table."""

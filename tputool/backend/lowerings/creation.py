@@ -88,9 +88,12 @@ def _arange_dtype(start, end, step, dtype):
 @lowering(aten.arange.start_step, static_scalars=True)
 def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     dt = _arange_dtype(start, end, step, dtype)
-    n = max(0, math.ceil((end - start) / step))
-    if jnp.issubdtype(dt, jnp.integer) and all(isinstance(v, int) for v in (start, step)):
+    if jnp.issubdtype(dt, jnp.integer):
+        # PyTorch casts the bounds to the integer type first.
+        start, end, step = int(start), int(end), int(step)
+        n = max(0, -(-(end - start) // step))
         return (start + step * jnp.arange(n, dtype=jnp.int64)).astype(dt)
+    n = max(0, math.ceil((end - start) / step))
     return (start + step * jnp.arange(n, dtype=jnp.float64)).astype(dt)
 
 

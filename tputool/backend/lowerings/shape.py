@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tputool.backend.lowerings import lowering
+from tputool.backend.lowerings import Unsupported, lowering
 from tputool.backend.lowerings._util import KIND, cast, promote
 
 aten = torch.ops.aten
@@ -37,7 +37,7 @@ def _indices(self, indices):
         if i is None:
             out.append(slice(None))
         elif i.dtype == jnp.bool_ or i.dtype == jnp.uint8:
-            raise NotImplementedError("boolean mask indices have a data-dependent shape")
+            raise Unsupported("boolean mask indices have a data-dependent shape")
         else:
             out.append(i)
     return tuple(out)
@@ -50,20 +50,23 @@ def _has_mask(indices) -> bool:
 @lowering(aten.index.Tensor)
 def index(self, indices):
     if _has_mask(indices):
-        raise NotImplementedError("index with a boolean mask: data-dependent shape")
+        raise Unsupported("index with a boolean mask: data-dependent shape")
     return self[_indices(self, indices)]
 
 
 @lowering(aten.index_put.default)
 def index_put(self, indices, values, accumulate=False):
+    if (_has_mask(indices) and len(indices) == 1 and not accumulate and values.size == 1
+            and indices[0].shape == self.shape[: indices[0].ndim]):
+        m = indices[0].astype(bool).reshape(indices[0].shape + (1,) * (self.ndim - indices[0].ndim))
+        return jnp.where(m, values.reshape(()).astype(self.dtype), self)
     idx = _indices(self, indices) if not _has_mask(indices) else _mask_index(self, indices)
     v = values.astype(self.dtype)
     return self.at[idx].add(v) if accumulate else self.at[idx].set(v)
 
 
 def _mask_index(self, indices):
-    # A single boolean mask over leading dims: use `where` (static shape).
-    raise NotImplementedError("index_put with a boolean mask")
+    raise Unsupported("index_put with a boolean mask: data-dependent positions")
 
 
 @lowering(aten._unsafe_index.Tensor)
@@ -85,8 +88,11 @@ def index_select(self, dim, index):
 
 @lowering(aten.gather.default)
 def gather(self, dim, index, *, sparse_grad=False):
-    if self.ndim == 0:
-        return self.reshape(index.shape) if index.ndim == 0 else jnp.broadcast_to(self, index.shape)
+    if index.size == 0:
+        return jnp.zeros(index.shape, self.dtype)
+    if self.ndim == 0 or index.ndim == 0:
+        return self.reshape(-1)[index.reshape(-1)].reshape(index.shape) if index.ndim == 0 else \
+            jnp.broadcast_to(self, index.shape)
     d = dim % self.ndim
     idx = [jnp.broadcast_to(jnp.arange(s).reshape([-1 if j == k else 1 for j in range(index.ndim)]), index.shape)
            for k, s in enumerate(index.shape)]
