@@ -218,8 +218,10 @@ def _events(rec: dict, steps: int) -> list[Finding]:
         rate = {"count": n, "per_step": round(late / steady, 2) if steady else (round(n / steps, 2) if steps else None)}
         if kind == "fallback":
             where = "in the step loop" if in_loop else "outside the step loop"
+            custom = not detail.startswith(("aten.", "aten::", "prims."))  # a torch.library op: row 62
             out.append(_finding("TPU803", file, line, f"{detail} ran on the CPU {_times(n)} ({where})", **rate,
-                                severity=None if in_loop else Severity.INFO, op=detail))
+                                severity=None if in_loop else Severity.INFO, op=detail,
+                                **({"patterns": [62]} if custom else {})))
         elif kind == "flush":
             out.append(_finding("TPU806", file, line, f"fused eager flushed: {detail} ({_times(n)})", **rate,
                                 reason=detail))

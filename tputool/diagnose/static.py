@@ -42,11 +42,12 @@ def static_findings(script: str) -> list[Finding]:
 def merge(runtime: list[Finding], static: list[Finding]) -> list[Finding]:
     """Runtime findings plus the static ones that no runtime finding at the same line already covers.
 
-    Two findings cover the same thing when they share a row of cuda-patterns.md (e.g. row 76, host syncs).
+    Two findings cover the same thing when they share a row of cuda-patterns.md (e.g. row 76, host syncs;
+    row 62, a custom op that the run saw fall back to the CPU).
     """
     covered: set[tuple[str, int, int]] = set()
     for f in runtime:
-        for p in BY_CODE[f.code].patterns if f.code in BY_CODE else ():
+        for p in (*(BY_CODE[f.code].patterns if f.code in BY_CODE else ()), *f.extra.get("patterns", ())):
             covered.add((f.file, f.line, p))
     return runtime + [s for s in static
                       if not any((s.file, s.line, p) in covered for p in s.extra.get("patterns", []))]
