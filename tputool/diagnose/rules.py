@@ -50,10 +50,10 @@ RULES: tuple[Rule, ...] = (
     _rule("TPU804", "float64", "float64 tensors on TPU", _W,
           "TPUs have no float64 arithmetic: float64 tensors are emulated or rejected and double the memory\n"
           "traffic. Common sources: numpy arrays (float64 by default) through torch.from_numpy, `.double()`,\n"
-          "`dtype=torch.float64`. Fix: convert to float32 (or bfloat16) at the source.", ()),
+          "`dtype=torch.float64`. Fix: convert to float32 (or bfloat16) at the source.", (37,)),
     _rule("TPU805", "float16", "float16 tensors on TPU", _W,
           "TPUs compute in bfloat16, not IEEE float16; float16 is unsupported or converted. Fix: use\n"
-          "torch.bfloat16 (`torch.autocast('tpu', dtype=torch.bfloat16)`), which needs no loss scaling.", ()),
+          "torch.bfloat16 (`torch.autocast('tpu', dtype=torch.bfloat16)`), which needs no loss scaling.", (36,)),
     _rule("TPU806", "eager-flush", "fused eager flushed its pending ops", _I,
           "Fused eager mode collects ops and compiles them as one XLA program; something forced it to run\n"
           "early (a host sync, a CPU fallback, a print). Frequent flushes mean small programs. Fix: remove the\n"
