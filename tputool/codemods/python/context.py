@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod import CodemodContext, ContextAwareTransformer
+from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
 from tputool.codemods.rules_table import RULES
@@ -14,14 +14,15 @@ from tputool.codemods.rules_table import RULES
 _EMPTY = cst.Module(body=[])
 
 
-class PortBase(ContextAwareTransformer):
+class PortBase(cst.CSTTransformer):
     """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
     def __init__(self, context: CodemodContext, source: str, path: str, settings: Settings,
                  module: cst.Module) -> None:
-        super().__init__(context)
+        super().__init__()
+        self.context = context
         self.path = path
         self.settings = settings
         self.lines = source.splitlines()
@@ -29,6 +30,8 @@ class PortBase(ContextAwareTransformer):
         self._decided: dict[tuple[str, int, int], bool] = {}
         self.torch_alias, self.bindings = _scan_imports(module)
         self.need_torch_import = False
+        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}  # original node -> original parent
+        self._stack: list[cst.CSTNode] = []
         self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
 
     # ---- names and positions ----
@@ -63,12 +66,19 @@ class PortBase(ContextAwareTransformer):
             return orig.args[i]
         return orig
 
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._stack:
+            self._parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        self._stack.pop()
+        return super().on_leave(original_node, updated_node)
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The parent of an original node (None at the module)."""
-        try:
-            return self.get_metadata(ParentNodeProvider, node)
-        except KeyError:
-            return None
+        """The parent of an original node (None at the module); known for every node visited so far."""
+        return self._parents.get(node)
 
     def pos(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, column) of an original node."""

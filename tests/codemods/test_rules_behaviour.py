@@ -1,0 +1,174 @@
+"""port_python behaviour across rules: alias resolution, imports, suppressions, rule selection, errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from tputool.codemods.model import Settings
+from tputool.codemods.python import port_python
+
+
+def port(src: str, **kw) -> tuple[str, list]:
+    return port_python(textwrap.dedent(src).lstrip("\n"), "m.py", Settings(**kw))
+
+
+@pytest.mark.parametrize(("src", "want"), [
+    ("import torch as th\nth.cuda.synchronize()\n", "import torch as th\nth.tpu.synchronize()\n"),
+    ("from torch import cuda\nn = cuda.device_count()\n", "import torch\n\nn = torch.tpu.device_count()\n"),
+    ("import torch.cuda as tc\ntc.manual_seed(0)\n", "import torch\n\ntorch.tpu.manual_seed(0)\n"),
+    ("import torch\nfrom torch.cuda import synchronize\nsynchronize()\n", "import torch\ntorch.tpu.synchronize()\n"),
+    ("import torch.cuda\ntorch.cuda.synchronize()\n", "import torch.cuda\ntorch.tpu.synchronize()\n"),
+    ("from torch.backends import cudnn\nimport torch\ncudnn.benchmark = True\nx = 1\n", "import torch\nx = 1\n"),
+    ("from torch.cuda import amp\nwith amp.autocast():\n    pass\n",
+     'import torch\n\nwith torch.autocast("tpu", dtype=torch.bfloat16):\n    pass\n'),
+    ("import torch.cuda.amp as amp\nwith amp.autocast(True):\n    pass\n",
+     'import torch\n\nwith torch.autocast("tpu", dtype=torch.bfloat16, enabled=True):\n    pass\n'),
+])
+def test_aliases_resolve(src: str, want: str) -> None:
+    out, findings = port(src)
+    assert out == want
+    assert findings and all(f.fixed for f in findings)
+
+
+def test_import_kept_while_still_used() -> None:
+    src = """
+    from torch.cuda.amp import GradScaler, autocast
+    scaler = GradScaler()
+    with autocast():
+        pass
+    """
+    out, findings = port(src)
+    assert "from torch.cuda.amp import GradScaler\n" in out
+    assert 'torch.autocast("tpu"' in out and "\nimport torch\n" in out
+    assert {f.code: f.fixed for f in findings} == {"TPU304": False, "TPU301": True}
+
+
+def test_local_names_are_not_torch() -> None:
+    src = """
+    class cuda:
+        @staticmethod
+        def synchronize():
+            pass
+    cuda.synchronize()
+    def autocast():
+        pass
+    with autocast():
+        pass
+    """
+    out, findings = port(src)
+    assert out == textwrap.dedent(src).lstrip("\n")
+    assert findings == []
+
+
+def test_unchanged_source_is_the_same_object_text() -> None:
+    src = "import torch\nx = torch.zeros(3)\n"
+    out, findings = port_python(src, "m.py", Settings())
+    assert out is src and findings == []
+
+
+@pytest.mark.parametrize("comment", ["# tputool: ignore", "# tputool: ignore[TPU101]", "# tputool: ignore[TPU1]"])
+def test_inline_suppression(comment: str) -> None:
+    src = f"x = y.cuda()  {comment}\nz = w.cuda()\n"
+    out, findings = port(src)
+    assert out == f'x = y.cuda()  {comment}\nz = w.to("tpu")\n'
+    assert [(f.line, f.code) for f in findings] == [(2, "TPU101")]
+
+
+def test_suppression_of_other_code_does_not_apply() -> None:
+    out, findings = port("x = y.cuda()  # tputool: ignore[TPU2]\n")
+    assert out.startswith('x = y.to("tpu")')
+    assert [f.code for f in findings] == ["TPU101"]
+
+
+def test_suppression_on_first_line_of_multiline_statement() -> None:
+    src = """
+    x = torch.zeros(  # tputool: ignore[TPU105]
+        3,
+        device="cuda",
+    )
+    """
+    out, findings = port(src)
+    assert out == textwrap.dedent(src).lstrip("\n")
+    assert findings == []
+
+
+def test_suppressed_statement_removal_is_kept() -> None:
+    src = "import torch\ntorch.backends.cudnn.benchmark = True  # tputool: ignore\n"
+    out, findings = port(src)
+    assert out == src and findings == []
+
+
+def test_settings_select_and_ignore() -> None:
+    src = "import torch\nx = y.cuda()\ntorch.cuda.synchronize()\n"
+    out, findings = port(src, select=frozenset({"TPU2"}))
+    assert out == "import torch\nx = y.cuda()\ntorch.tpu.synchronize()\n"
+    assert [f.code for f in findings] == ["TPU201"]
+    out, findings = port(src, ignore=frozenset({"TPU201"}))
+    assert out == 'import torch\nx = y.to("tpu")\ntorch.cuda.synchronize()\n'
+    assert [f.code for f in findings] == ["TPU101"]
+
+
+def test_unsafe_rules_report_but_do_not_rewrite_by_default() -> None:
+    src = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    out, findings = port(src)
+    assert out == src
+    [f] = findings
+    assert (f.code, f.fixed, f.fixable) == ("TPU304", False, True)
+    out, findings = port(src, unsafe_fixes=True)
+    assert out == 'import torch\nscaler = torch.amp.GradScaler("tpu", enabled=False)\n'
+    assert findings[0].fixed
+
+
+def test_auto_note_rules_carry_a_note() -> None:
+    _, findings = port("x = y.cuda(args.gpu)\n")
+    [f] = findings
+    assert f.code == "TPU102" and f.extra["note"] and f.fixed
+
+
+def test_finding_positions_are_one_based() -> None:
+    _, findings = port("import torch\n\nif True:\n    x = y.cuda()\n")
+    [f] = findings
+    assert (f.path, f.line, f.col) == ("m.py", 4, 9)
+
+
+def test_statement_removal_keeps_blocks_valid() -> None:
+    src = """
+    import torch
+    def f():
+        torch.backends.cudnn.benchmark = True
+    try:
+        torch.cuda.empty_cache()
+    except Exception:
+        torch.backends.cudnn.enabled = False
+    else:
+        torch.backends.cudnn.allow_tf32 = True
+    while x: torch.cuda.empty_cache()
+    """
+    out, _ = port(src)
+    cst.parse_module(out)
+    assert out.count("pass") == 5 and "cudnn" not in out and "empty_cache" not in out
+
+
+def test_unparsable_input_raises_parser_error() -> None:
+    with pytest.raises(cst.ParserSyntaxError):
+        port_python("def f(:\n    x.cuda()\n", "bad.py", Settings())
+
+
+def test_torch_import_added_once_when_missing() -> None:
+    out, _ = port("x = y.cuda(0)\nz = w.cuda(1)\n")
+    assert out == 'import torch\n\nx = y.to(torch.device("tpu", 0))\nz = w.to(torch.device("tpu", 1))\n'
+
+
+def test_no_runtime_monkeypatching() -> None:
+    out, _ = port("import torch\nok = torch.cuda.is_available()\nfn = torch.cuda.is_available\n")
+    assert out == "import torch\nok = torch.tpu.is_available()\nfn = torch.tpu.is_available\n"
+
+
+def test_float64_is_never_downcast() -> None:
+    src = "import torch\nx = torch.zeros(3, dtype=torch.float64).double()\n"
+    out, findings = port(src, unsafe_fixes=True)
+    assert out == src
+    assert {f.code for f in findings} == {"TPU307"} and not any(f.fixed for f in findings)
