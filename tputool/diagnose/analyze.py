@@ -264,7 +264,8 @@ def _run_status(rec: dict) -> list[Finding]:
     if rec.get("status") in ("error", "crashed") and err:
         tb = err.get("traceback") or []
         file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.get("script", "?"), 0)
-        out.append(_finding("TPU810", file, line, f"{err['type']}: {err['message']}".strip().rstrip(":")))
+        first = (err.get("message") or "").strip().split("\n", 1)[0]
+        out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
     if rec.get("status") == "timeout":
         out.append(_finding("TPU811", rec.get("script", "?"), 0,
                             f"stopped after {rec.get('timeout_s')} s ({rec.get('steps', 0)} steps ran)"))

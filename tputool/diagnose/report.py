@@ -50,7 +50,8 @@ def verdict(report: Report) -> str:
     tail = f" ({notes} note{'s' * (notes != 1)})" if notes else ""
     if report.script_failed:
         err = report.error or {}
-        head = f"The script failed: {err.get('type', 'error')}: {err.get('message', '')}".rstrip(": ")
+        first = (err.get("message") or "").strip().split("\n", 1)[0]
+        head = f"The script failed: {err.get('type', 'error')}: {first}".rstrip(": ")
         if problems:
             head += f"; also {len(problems)} problem{'s' * (len(problems) != 1)} for TPU"
         return head + tail
