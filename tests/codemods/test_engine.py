@@ -24,9 +24,21 @@ def test_pool_gives_the_same_results_as_in_process(tmp_path, monkeypatch):
         write(tmp_path, f"m{i}.py", TRAIN + f"y{i} = {i}\n" + ("z = w.cuda()\n" * (i % 3)))
     write(tmp_path, "bad.py", "x.cuda(\n")
     seq = _run(tmp_path, jobs=1)
+    import multiprocessing
+
     monkeypatch.setattr(engine, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(engine, "_pool_context", lambda: multiprocessing.get_context("fork"))
+    pools = []
+
+    class Recording(engine.ProcessPoolExecutor):
+        def __init__(self, *a, **k):
+            pools.append(k.get("max_workers"))
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", Recording)
     seen = []
     par = _run(tmp_path, jobs=2, progress=lambda d, t: seen.append((d, t)))
+    assert pools == [2]
     assert [(r.display, r.status, r.diff, [(f.line, f.code) for f in r.findings]) for r in seq.files] == \
            [(r.display, r.status, r.diff, [(f.line, f.code) for f in r.findings]) for r in par.files]
     assert seen[-1] == (13, 13)
@@ -83,3 +95,15 @@ def test_progress_bar_only_on_a_tty_with_many_files(monkeypatch, capsys):
     many(500, 500)
     assert many.bar is not None and many.bar.tasks[0].completed == 500
     many.close()
+
+
+def test_no_fork_in_threaded_processes(monkeypatch):
+    import sys
+    import threading
+
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert engine._pool_context().get_start_method() == "fork"
+    monkeypatch.setattr(threading, "active_count", lambda: 3)
+    assert engine._pool_context() is None  # a threaded embedding process: in-process, never fork

@@ -7,8 +7,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.codemods.helpers import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +23,7 @@ def _findings(report: dict) -> dict:
     }
 
 
-@pytest.fixture
-def real_rules(python_rules):
-    if not python_rules:
-        pytest.skip("the Python rules (tputool.codemods.python) are not installed")
-
-
-def test_sample_repo_matches_goldens(real_rules, tmp_path):
+def test_sample_repo_matches_goldens(tmp_path):
     rep = tmp_path / "report.json"
     res = invoke("port", "-q", SAMPLE, "--report", str(rep), cwd=ROOT)
     assert res.exit_code == 0, res.output
@@ -44,7 +36,7 @@ def test_sample_repo_matches_goldens(real_rules, tmp_path):
     assert got == json.loads(GOLDEN_JSON.read_text())
 
 
-def test_sample_repo_port_write_then_nothing_left_to_fix(real_rules, tmp_path):
+def test_sample_repo_port_write_then_nothing_left_to_fix(tmp_path):
     copy = tmp_path / "sample_repo"
     shutil.copytree(ROOT / SAMPLE, copy)
     first = invoke("port", "--write", ".", cwd=copy)

@@ -12,6 +12,8 @@ import hashlib
 import multiprocessing
 import os
 import re
+import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -25,9 +27,10 @@ from tputool.codemods.text_rules import TEXT_RULES
 from tputool.codemods.text_scan import scan_text
 from tputool.codemods.textio import decode_python, decode_text, encode
 
-# Below this many bytes of Python that must go through libcst, a process pool costs more than it saves:
-# a fork pool of 2 starts and stops in ~15 ms, while libcst parses ~0.6 MB/s (so ~10 KB per 15 ms).
-POOL_MIN_BYTES = 32 * 1024
+# Below this many bytes of Python that must go through the rewriter, a process pool costs more than it
+# saves. Measured (2 cores): a fork pool of 2 starts and stops in ~15 ms, while port_python handles
+# ~5-10 KB/s (metadata-resolving rules), so two small files already pay for it.
+POOL_MIN_BYTES = 4 * 1024
 # Files per task sent to a worker (bounded so the progress bar moves and the load stays balanced).
 MAX_CHUNK = 16
 
@@ -177,10 +180,18 @@ def _chunks(items: list, n_workers: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    # fork: workers inherit the already-imported libcst and rule modules (no re-import per worker).
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+def _pool_context() -> multiprocessing.context.BaseContext | None:
+    """The fork start method when it is safe here, else None (then the engine runs in-process).
+
+    Workers are forked so they inherit the imported libcst and rule modules. A process that already runs
+    other threads (an embedding program that imported jax or torch) must not fork, and spawn/forkserver
+    would re-import the embedding program's __main__, so such callers get the in-process path.
+    """
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    if threading.active_count() > 1 or "jax" in sys.modules or "torch" in sys.modules:
+        return None
+    return multiprocessing.get_context("fork")
 
 
 def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = False, select: Iterable[str] | None = None,
@@ -229,7 +240,8 @@ def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = Fal
         progress(done, total)
     n_workers = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
     n_workers = min(n_workers, len(pending))
-    if n_workers <= 1 or sum(len(d) for _, d, _ in pending) < POOL_MIN_BYTES:
+    ctx = _pool_context() if n_workers > 1 else None
+    if ctx is None or sum(len(d) for _, d, _ in pending) < POOL_MIN_BYTES:
         for src, data, st in pending:
             results[src.path] = analyze(src, data, st, True, want_diff)
             done += 1
@@ -237,7 +249,7 @@ def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = Fal
                 progress(done, total)
     else:
         pending.sort(key=lambda j: -len(j[1]))  # big files first: better balance at the end
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
             futs = {pool.submit(_analyze_chunk, chunk, want_diff) for chunk in _chunks(pending, n_workers)}
             try:
                 while futs:
