@@ -149,7 +149,7 @@ def decorator(t: PortBase, orig: cst.Decorator, upd: cst.Decorator) -> cst.Decor
 def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """TPU306 .half() (unsafe -> .bfloat16()), TPU307 .double(), TPU308 int64 sorts."""
     func = upd.func
-    if not isinstance(func, cst.Attribute) or q is not None and not q.startswith("torch"):
+    if not isinstance(func, cst.Attribute) or t.foreign(orig.func.value):
         return upd
     name = func.attr.value
     if name == "half" and not upd.args:

@@ -9,6 +9,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
+from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.codemods.rules_table import RULES
 
 _EMPTY = cst.Module(body=[])
@@ -48,6 +49,13 @@ class PortBase(cst.CSTTransformer):
         if full and full.split(".")[0] == "torch" and not names:
             return full  # `torch` used without an import (snippets): still resolve
         return None
+
+    def foreign(self, node: cst.CSTNode) -> bool:
+        """True when an original receiver is a non-torch GPU/array module (numba.cuda, cupy, ...)."""
+        if not isinstance(node, cst.Name | cst.Attribute):
+            return False
+        q = self.qname(node)
+        return q is not None and q.split(".")[0] in FOREIGN_MODULES
 
     def call_qname(self, call: cst.Call) -> str | None:
         """The qualified name of an original call's callee."""

@@ -55,8 +55,7 @@ def cuda_method(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cs
     func = upd.func
     if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
         return upd
-    recv_q = t.qname(orig.func.value)  # a module's .cuda (numba.cuda, cupy.cuda) is not a tensor method
-    if recv_q is not None and not recv_q.startswith("torch"):
+    if t.foreign(orig.func.value):  # a module's .cuda (numba.cuda, cupy.cuda) is not a tensor method
         return upd
     args = list(upd.args)
     dev_idx = next((i for i, a in enumerate(args) if a.keyword is None or a.keyword.value == "device"), None)
@@ -233,8 +232,7 @@ def is_cuda_attr(t: PortBase, orig: cst.Attribute, upd: cst.Attribute) -> cst.Ba
     """TPU111: t.is_cuda -> (t.device.type == "tpu"), parenthesised unless the context makes it unneeded."""
     if upd.attr.value != "is_cuda":
         return upd
-    recv_q = t.qname(orig.value)
-    if recv_q is not None and not recv_q.startswith("torch"):
+    if t.foreign(orig.value):
         return upd
     parent = t.parent(orig)
     if isinstance(parent, cst.Assign | cst.AssignTarget) and getattr(parent, "target", None) is orig:

@@ -29,8 +29,7 @@ def call_lints(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst
     func = orig.func
     if isinstance(func, cst.Attribute):
         name = func.attr.value
-        recv_q = t.qname(func.value)
-        if recv_q is not None and not recv_q.startswith("torch"):
+        if t.foreign(func.value):
             return upd
         if name in HOST_SYNC_METHODS and not orig.args and _in_loop(t, orig):
             t.fire("TPU601", orig, message=f".{name}() inside a loop forces a host sync every iteration")

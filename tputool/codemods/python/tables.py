@@ -220,6 +220,10 @@ INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
 COMPILE_INDUCTOR_KWARGS = ("mode", "options")
 INDUCTOR_MODES = frozenset({"reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"})
 
+# Modules whose `.cuda`, `.half()`, `.item()` ... are not torch tensor methods.
+FOREIGN_MODULES = frozenset({"numba", "cupy", "pycuda", "cuda", "cudf", "nvidia", "tensorflow", "jax", "triton",
+                             "numpy", "cv2"})
+
 # Device-string literals: "cuda", "cuda:0".
 CUDA_DEVICE_RE = re.compile(r"^cuda(:\d+)?$")
 # Keyword arguments that carry a device (besides device= / device_type=).
