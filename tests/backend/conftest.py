@@ -14,6 +14,24 @@ from tests.backend import _opinfo
 _START = time.time()
 
 
+def _enable_persistent_jax_cache() -> None:
+    """Keep XLA executables across test runs (build/jax-cache; TPUTOOL_TEST_JAX_CACHE=path, or 0 for off).
+
+    Every eager op compiles once per shape, so a cold run of these tests spends most of its time in XLA.
+    """
+    where = os.environ.get("TPUTOOL_TEST_JAX_CACHE", "build/jax-cache")
+    if where == "0":
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(Path(where).resolve()))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+_enable_persistent_jax_cache()
+
+
 @pytest.fixture
 def tpu_device() -> str:
     """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves).
