@@ -148,3 +148,18 @@ def test_fallback_absorbs_its_own_host_sync_and_copy_back():
               {"kind": "host_sync", "detail": "fallback", "count": 4, "amount": 4, **ev},
               {"kind": "transfer_h2d", "detail": "", "count": 4, "amount": 4096, **ev}]
     assert [f.code for f in findings_from_record(_rec(steps=4, events=events))] == ["TPU803"]
+
+
+def test_late_xla_compiles_fold_into_a_shape_recompile():
+    compiles = [{"function": "f", "resume_at": None, "file": "/u/t.py", "line": 4, "user": True, "ops": 2,
+                 "recompile_reason": None if i == 0 else f"0/{i - 1}: tensor 'x' size mismatch at index 1"}
+                for i in range(4)]
+    late = dict(kind="compile", count=4, amount=4, late=2, late_amount=2, first_step=0)
+    events = [{**late, "detail": "graph4.forward", "file": "/u/t.py", "line": 4},
+              {**late, "detail": "graph5.backward", "file": "<unknown>", "line": 0},
+              {**late, "detail": "aten.randn.default", "file": "/u/t.py", "line": 9}]
+    found = findings_from_record(_rec(steps=4, compiles=compiles, recompile_limit=8, events=events))
+    assert [(f.code, f.line, f.severity) for f in found if f.severity >= Severity.WARNING] == \
+        [("TPU802", 4, Severity.WARNING)]
+    (note,) = [f for f in found if f.code == "TPU808"]
+    assert note.line == 9 and note.severity == Severity.INFO and "t.py:4" in note.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from tputool.codemods.model import Severity
@@ -275,5 +276,30 @@ def _run_status(rec: dict) -> list[Finding]:
 def findings_from_record(rec: dict) -> list[Finding]:
     """Every runtime finding the record supports, unsorted."""
     steps = int(rec.get("steps") or 0)
-    return [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
-            *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps)]
+    found = [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
+             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps)]
+    return _fold_xla_compiles(found)
+
+
+_GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
+
+
+def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
+    """When Dynamo recompiles for changing shapes (TPU802), late XLA compiles (TPU808) are the same cause:
+    those of compiled graphs are dropped, those of eager ops kept as notes pointing at the recompile."""
+    shape_recompiles = [f for f in found if f.code == "TPU802" and f.severity >= Severity.WARNING
+                        and "changing input shapes" in f.extra.get("classes", {})]
+    if not shape_recompiles:
+        return found
+    cause = f"{os.path.basename(shape_recompiles[0].file)}:{shape_recompiles[0].line}"
+    out = []
+    for f in found:
+        if f.code == "TPU808":
+            eager = {k: v for k, v in f.extra.get("executables", {}).items() if not _GRAPH_EXECUTABLE.match(k)}
+            if not eager:
+                continue
+            f.severity = Severity.INFO
+            f.message += f" (the same changing shapes as the recompiles at {cause})"
+        out.append(f)
+    return out
+

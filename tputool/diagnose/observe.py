@@ -260,7 +260,7 @@ class Observer(TorchFunctionMode):
                                for (op, f, ln), n in self.dynamic.items()],
             "shapes": [{"op": op, "file": f, "line": ln, "dims": dict(_parse_dims(dims)), "count": n}
                        for (op, f, ln, dims), n in self.shapes.items()],
-            "devices": sorted(self.devices),
+            "devices": sorted(self.devices - {"meta"}),
         }
 
 
