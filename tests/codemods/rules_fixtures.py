@@ -8,6 +8,7 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
 _EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+_EXPECT_UNSAFE = re.compile(r"#\s*expect-unsafe:\s*([A-Z0-9, ]+)")
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,18 @@ class Fixture:
     def code(self) -> str:
         return self.name.split("_", 1)[0]
 
-    def expected(self) -> set[tuple[int, str]]:
-        """(line, code) pairs declared by `# expect: CODE[, CODE]` comments of the input."""
+    def expected(self, unsafe: bool = False) -> set[tuple[int, str]]:
+        """(line, code) pairs declared by `# expect: CODE[, CODE]` comments of the input.
+
+        With unsafe, also those of `# expect-unsafe: CODE` (findings that appear only once an unsafe fix
+        has rewritten a neighbouring node).
+        """
         out = set()
         for n, line in enumerate(self.source.splitlines(), 1):
-            m = _EXPECT.search(line)
-            if m:
-                out |= {(n, c.strip()) for c in m.group(1).split(",") if c.strip()}
+            for rx in (_EXPECT, _EXPECT_UNSAFE) if unsafe else (_EXPECT,):
+                m = rx.search(line)
+                if m:
+                    out |= {(n, c.strip()) for c in m.group(1).split(",") if c.strip()}
         return out
 
 

@@ -23,7 +23,7 @@ def test_fixture(fx, unsafe: bool) -> None:
     if unsafe and fx.unsafe_out is not None:
         expected = fx.unsafe_out
     assert out == expected
-    assert {(f.line, f.code) for f in findings} == fx.expected()
+    assert {(f.line, f.code) for f in findings} == fx.expected(unsafe)
     for f in findings:
         fix = RULES[f.code].fix
         assert f.fixed is (f.fixable and (fix is FixSafety.SAFE or unsafe)), f

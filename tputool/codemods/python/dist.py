@@ -122,13 +122,14 @@ def hf_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.
 
 
 def backend_assign(t: PortBase, orig: cst.Assign, upd: cst.Assign) -> cst.BaseSmallStatement:
-    """TPU407: backend = "nccl" if ... else "gloo" (a name holding the backend); unsafe fix swaps the literal."""
+    """backend = "nccl" (TPU406, a config default) or = "nccl" if ... else "gloo" (TPU407, unsafe fix)."""
     names = [x.target.value for x in upd.targets if isinstance(x.target, cst.Name)]
     names += [x.target.attr.value for x in upd.targets if isinstance(x.target, cst.Attribute)]
     if not any("backend" in n.lower() for n in names):
         return upd
     new = _nccl_to_tpu(upd.value)
-    if new is None or not t.fire("TPU407", orig):
+    code = "TPU406" if isinstance(upd.value, cst.SimpleString) else "TPU407"
+    if new is None or not t.fire(code, orig):
         return upd
     return upd.with_changes(value=new)
 

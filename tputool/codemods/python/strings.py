@@ -51,6 +51,8 @@ def tpu_device_expr(node: cst.BaseExpression) -> cst.BaseExpression | None:
     if isinstance(node, cst.SimpleString):
         return replace_prefix(node, "cuda", "tpu") if is_cuda_device(node) else None
     if isinstance(node, cst.IfExp):
+        if _mentions_cuda_string(node.test):
+            return None  # `'cuda' if 'cuda' in d else 'cpu'`: TPU109 rewrites the check first (unsafe), then this
         body = tpu_device_expr(node.body)
         orelse = tpu_device_expr(node.orelse)
         if body is None and orelse is None:
@@ -85,3 +87,14 @@ def tpu_dynamic_string(node: cst.BaseExpression) -> cst.BaseExpression | None:
             if new_recv is not None:
                 return node.with_changes(func=node.func.with_changes(value=new_recv))
     return None
+
+
+def _mentions_cuda_string(node: cst.CSTNode) -> bool:
+    """True when a 'cuda' / 'cuda:N' / 'cuda:' string literal occurs anywhere under node."""
+    import libcst.matchers as m
+
+    for lit in m.findall(node, m.SimpleString()):
+        v = literal(lit)
+        if v is not None and (v == "cuda:" or CUDA_DEVICE_RE.match(v)):
+            return True
+    return False
