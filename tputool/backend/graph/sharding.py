@@ -190,10 +190,31 @@ def _setup(ctx, inputs: tuple, output: torch.Tensor) -> None:
 _constraint_op.register_autograd(_constraint_backward, setup_context=_setup)
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A reusable activation constraint; build it outside the model's forward, call it inside (Dynamo-friendly:
+    only an int and a string reach the traced code)."""
+
+    mesh_id: int
+    spec: str
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` constrained to this sharding."""
+        return torch.ops.tputool.sharding_constraint(x, self.mesh_id, self.spec)
+
+
+def constraint(mesh: Mesh, spec: Spec) -> Constraint:
+    """A `Constraint` for `spec` on `mesh` (jax.lax.with_sharding_constraint in compiled graphs; grads too)."""
+    for s in spec:
+        for name in (s if isinstance(s, tuple) else (s,)):
+            if name is not None and name not in mesh.axis_names:
+                raise UserError(f"partition spec names axis '{name}', mesh axes are {mesh.axis_names}")
+    return Constraint(_mesh_id(mesh), _encode(spec))
+
+
 def sharding_constraint(x: torch.Tensor, mesh: Mesh, spec: Spec) -> torch.Tensor:
-    """`x` constrained to `spec` on `mesh` (jax.lax.with_sharding_constraint in a compiled graph); same for grads."""
-    named_sharding(mesh, spec, x.dim())  # validate now, not at trace time
-    return torch.ops.tputool.sharding_constraint(x, _mesh_id(mesh), _encode(spec))
+    """`x` constrained to `spec` on `mesh`, for eager code; inside a torch.compile'd forward use `constraint()`."""
+    return constraint(mesh, spec)(x)
 
 
 def _lower_constraint(x: jax.Array, mesh_id: int, spec: str) -> jax.Array:
