@@ -110,7 +110,7 @@ def statistics_lines(result: RunResult) -> list[str]:
     for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         rule = _rule(code)
         name = rule.name if rule else ""
-        fx = f"  [{fixable[code]} fixable]" if fixable[code] else ""
+        fx = f"{' ' * max(2, 28 - len(name))}[{fixable[code]} fixable]" if fixable[code] else ""
         out.append(f"{n:5d}  {code}  {name}{fx}")
     return out
 
