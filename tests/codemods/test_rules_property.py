@@ -31,9 +31,16 @@ SNIPPETS = [
     "pass", "torch.cuda.set_device('cuda:1')", "e = torch.cuda.Event(enable_timing=True)",
     "opt = torch.optim.AdamW(ps, fused=True)", "torch.backends.cuda.enable_flash_sdp(True)",
     "{x} = torch.device('cuda', 1)", "{x} = 'cuda:%d' % i", "assert backend in ['gloo', 'nccl']",
+    "torch.backends.cudnn.benchmark = True; torch.cuda.empty_cache()", "{x} = ({x}.cuda())",
+    "{x} = [a.cuda() for a in {x}]", "if {x}.is_cuda and y.is_cuda: pass", "v = not {x}.is_cuda",
+    "torch.cuda.nvtx.range_push('a'); torch.cuda.nvtx.range_pop()  # trailing comment",
+    "with torch.backends.cuda.sdp_kernel(enable_math=False) as k: pass",
+    "with sdpa_kernel(SDPBackend.MATH), torch.no_grad(): {x} = f({x})",
+    "device = 'cuda' if 'cuda' in {x} else 'cpu'", "{x} = torch.zeros(\n    3,\n    device='cuda',\n)",
+    "{x} = {x}.cuda()  # tputool: ignore[TPU101]", "torch.cuda.empty_cache()  # tputool: ignore",
 ]
 # Block headers that wrap the following statements.
-BLOCKS = ["if flag:", "for {x} in loader:", "def fn({x}, device='cuda'):", "with autocast():",
+BLOCKS = ["with torch.autograd.profiler.emit_nvtx():", "if flag:", "for {x} in loader:", "def fn({x}, device='cuda'):", "with autocast():",
           "with torch.cuda.amp.autocast(dtype=torch.float16):", "while {x}:", "try:",
           "with sdpa_kernel(SDPBackend.MATH):", "with torch.autocast('cuda'):", "class C:"]
 NAMES = ["x", "t", "model", "batch"]

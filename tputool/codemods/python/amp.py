@@ -32,7 +32,11 @@ def _kw(args, name: str) -> int | None:
 
 def cuda_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """TPU301: torch.cuda.amp.autocast(...) -> torch.autocast("tpu", dtype=torch.bfloat16, ...)."""
-    if q not in AUTOCAST_CUDA or any(a.star for a in upd.args):
+    if q not in AUTOCAST_CUDA:
+        return upd
+    if any(a.star for a in upd.args):
+        t.fire("TPU301", orig, fixable=False, message="torch.cuda.amp.autocast(*args/**kwargs): rewrite by hand as "
+                                                      'torch.autocast("tpu", dtype=torch.bfloat16, ...)')
         return upd
     if not t.fire("TPU301", orig, note=_N_BF16):
         return upd
