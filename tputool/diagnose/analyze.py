@@ -73,9 +73,9 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
         seen.add((s["file"], s["line"]))
         klass = _sync_class(s["count"], s["steps_seen"], steps)
         if klass == "loop":
-            rate = f"{s['count'] / steps:.1f}x per step, " if steps else ""
+            during = f" in {s['steps_seen']} of {steps} steps" if steps else ""
             out.append(_finding("TPU601", s["file"], s["line"],
-                                f"{s['kind']} waits for the device and copies to the host ({rate}{s['count']} times)",
+                                f"{s['kind']} waits for the device and copies to the host ({s['count']} times{during})",
                                 count=s["count"], steps=steps, kind=s["kind"]))
         else:
             how = (f"in {s['steps_seen']} of {steps} steps (periodic, fine)" if klass == "periodic"

@@ -71,7 +71,8 @@ def _run_line(report: Report) -> str:
         return "static analysis only (the script was not run)"
     how = {"ok": "finished", "step_limit": "stopped at --max-steps", "timeout": "stopped at --timeout",
            "error": "failed", "crashed": "crashed"}.get(report.status, report.status)
-    devices = f" on {', '.join(report.devices)}" if report.devices else ""
+    accel = [d for d in report.devices if d != "cpu"] or report.devices
+    devices = f" on {', '.join(accel)}" if accel else ""
     secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
     return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}; {how}"
 
