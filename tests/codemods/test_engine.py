@@ -107,3 +107,29 @@ def test_no_fork_in_threaded_processes(monkeypatch):
     assert engine._pool_context().get_start_method() == "fork"
     monkeypatch.setattr(threading, "active_count", lambda: 3)
     assert engine._pool_context() is None  # a threaded embedding process: in-process, never fork
+
+
+_PARENT = None
+
+
+def _dying_chunk(jobs, want_diff):
+    import os
+
+    if os.getpid() != _PARENT:
+        os._exit(1)  # the worker process crashes
+    return [engine.analyze(src, data, st, True, want_diff) for src, data, st in jobs]
+
+
+def test_a_dying_worker_falls_back_to_in_process(tmp_path, monkeypatch):
+    import multiprocessing
+    import os
+
+    global _PARENT
+    _PARENT = os.getpid()
+    for i in range(4):
+        write(tmp_path, f"m{i}.py", TRAIN)
+    monkeypatch.setattr(engine, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(engine, "_pool_context", lambda: multiprocessing.get_context("fork"))
+    monkeypatch.setattr(engine, "_analyze_chunk", _dying_chunk)
+    res = _run(tmp_path, jobs=2)
+    assert [r.status for r in res.files] == [engine.CHANGED] * 4

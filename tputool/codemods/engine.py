@@ -17,6 +17,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,8 +204,6 @@ def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = Fal
     `jobs`: worker processes (default: all cores; 1 = in-process). `progress(done, total)` is called as
     files finish. Nothing is written.
     """
-    from tputool.codemods.registry import python_codes
-
     cfg = dataclasses.replace(config, per_file_ignores=dict(config.per_file_ignores))
     if select is not None:
         cfg.select = frozenset(select)
@@ -213,10 +212,40 @@ def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = Fal
     files = discover(paths, cfg.root, tuple(cfg.exclude) + tuple(exclude), only)
     total = len(files)
     results: dict[str, FileResult] = {}
-    pending: list[tuple[SourceFile, bytes, Settings]] = []
+
+    def done(r: FileResult) -> None:
+        results[r.path] = r
+
+    pending = _read_and_prefilter(files, cfg, want_diff, done)
+    if progress:
+        progress(len(results), total)
+    n_workers = min(max(1, jobs if jobs is not None else (os.cpu_count() or 1)), len(pending))
+    ctx = _pool_context() if n_workers > 1 else None
+    if ctx is not None and sum(len(d) for _, d, _ in pending) >= POOL_MIN_BYTES:
+        try:
+            _in_pool(pending, n_workers, ctx, want_diff, done, lambda: progress and progress(len(results), total))
+        except BrokenProcessPool:
+            pass  # a worker died (out of memory, a crash in a native parser): finish the rest here
+    for src, data, st in pending:
+        if src.path not in results:
+            done(analyze(src, data, st, True, want_diff))
+            if progress:
+                progress(len(results), total)
+    ordered = [results[f.path] for f in files]
+    return RunResult(ordered, cfg, Settings(cfg.select, cfg.ignore, cfg.unsafe_fixes))
+
+
+Job = tuple[SourceFile, bytes, Settings]
+
+
+def _read_and_prefilter(files: list[SourceFile], cfg: ProjectConfig, want_diff: bool,
+                        done: Callable[[FileResult], None]) -> list[Job]:
+    """Read every file; finish the cheap ones (text files, pre-filtered Python) and return the rest."""
+    from tputool.codemods.registry import python_codes
+
     _, triggers, _ = python_backend() if any(f.is_python for f in files) else (None, (), None)
     py_codes = python_codes()
-    done = 0
+    pending: list[Job] = []
     for src in files:
         st = cfg.settings_for(src.rel)
         try:
@@ -226,43 +255,29 @@ def run(paths: Sequence[str], config: ProjectConfig, *, unsafe_fixes: bool = Fal
             r = FileResult(src.path, src.display, tuple(sorted(src.kinds)), status=ERROR,
                            error=f"cannot read: {e.strerror}")
             r.findings = _parse_error(src.display, 1, 1, f"cannot read: {e.strerror}", st)
-            results[src.path] = r
-            done += 1
+            done(r)
             continue
-        needs_cst = (src.is_python and any(st.enabled(c) for c in py_codes)
-                     and any(t in data for t in triggers))
-        if needs_cst:
+        if src.is_python and any(st.enabled(c) for c in py_codes) and any(t in data for t in triggers):
             pending.append((src, data, st))
         else:
-            results[src.path] = analyze(src, data, st, False, want_diff)
-            done += 1
-    if progress:
-        progress(done, total)
-    n_workers = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
-    n_workers = min(n_workers, len(pending))
-    ctx = _pool_context() if n_workers > 1 else None
-    if ctx is None or sum(len(d) for _, d, _ in pending) < POOL_MIN_BYTES:
-        for src, data, st in pending:
-            results[src.path] = analyze(src, data, st, True, want_diff)
-            done += 1
-            if progress:
-                progress(done, total)
-    else:
-        pending.sort(key=lambda j: -len(j[1]))  # big files first: better balance at the end
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-            futs = {pool.submit(_analyze_chunk, chunk, want_diff) for chunk in _chunks(pending, n_workers)}
-            try:
-                while futs:
-                    finished, futs = wait(futs, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        for r in fut.result():
-                            results[r.path] = r
-                            done += 1
-                    if progress:
-                        progress(done, total)
-            except BaseException:
-                for f in futs:
-                    f.cancel()
-                raise
-    ordered = [results[f.path] for f in files]
-    return RunResult(ordered, cfg, Settings(cfg.select, cfg.ignore, cfg.unsafe_fixes))
+            done(analyze(src, data, st, False, want_diff))
+    return pending
+
+
+def _in_pool(pending: list[Job], n_workers: int, ctx: multiprocessing.context.BaseContext, want_diff: bool,
+             done: Callable[[FileResult], None], tick: Callable[[], object]) -> None:
+    """Analyse `pending` over `n_workers` processes, biggest files first (better balance at the end)."""
+    jobs = sorted(pending, key=lambda j: -len(j[1]))
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+        futs = {pool.submit(_analyze_chunk, chunk, want_diff) for chunk in _chunks(jobs, n_workers)}
+        try:
+            while futs:
+                finished, futs = wait(futs, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    for r in fut.result():
+                        done(r)
+                tick()
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
