@@ -256,6 +256,95 @@ def set_empty(self):
 
 # Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of SPECIAL is
 # reached through the fallback.
-HOT = (aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
+HOT = (aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
        aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
        aten._local_scalar_dense.default, aten.resize_.default)
+
+
+# ---- data-dependent shapes: one scalar host sync for the size, then the work on the device --------
+
+@functools.cache
+def _count_fn():
+    return jax.jit(lambda m: jax.numpy.count_nonzero(m))
+
+
+@functools.cache
+def _nonzero_fn(n: int):
+    return jax.jit(lambda a: jax.numpy.stack(jax.numpy.nonzero(a, size=n), axis=1).astype(jax.numpy.int64))
+
+
+@functools.cache
+def _masked_select_fn(n: int):
+    def f(a, m):
+        a, m = jax.numpy.broadcast_arrays(a, m)
+        return a[jax.numpy.nonzero(m, size=n)]
+
+    return jax.jit(f)
+
+
+def _count(m: jax.Array) -> int:
+    return int(tt.jax_to_cpu(_count_fn()(m), "nonzero").item())
+
+
+@_kernel(aten.nonzero.default)
+def nonzero(self):
+    a = tt.to_jax(self)
+    if a.ndim == 0:
+        a = a.reshape(1)
+        return tt.from_jax(_nonzero_fn(_count(a))(a)[:, :0])
+    return tt.from_jax(_nonzero_fn(_count(a))(a))
+
+
+@_kernel(aten.masked_select.default)
+def masked_select(self, mask):
+    a, m = tt.to_jax(self), tt.to_jax(mask).astype(bool)
+    n = _count(jax.numpy.broadcast_to(m, jax.numpy.broadcast_shapes(a.shape, m.shape)))
+    return tt.from_jax(_masked_select_fn(n)(a, m))
+
+
+def _expand_masks(indices) -> list:
+    """Boolean/uint8 mask indices replaced by their nonzero() coordinates (one index per mask dim)."""
+    out = []
+    for i in indices:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            nz = nonzero(i)
+            out.extend(nz.unbind(1) if i.dim() else [])
+        else:
+            out.append(i)
+    return out
+
+
+def _has_mask(indices) -> bool:
+    return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+def _lowered(op):
+    from tputool.backend.dispatch import LoweredOp
+    from tputool.backend.lowerings import LOWERINGS
+
+    return LoweredOp(op, LOWERINGS[op])
+
+
+_index_h = None
+
+
+@_kernel(aten.index.Tensor)
+def index(self, indices):
+    global _index_h
+    if _index_h is None:
+        _index_h = _lowered(aten.index.Tensor)
+    if _has_mask(indices):
+        indices = _expand_masks(indices)
+    return _index_h((self, indices), {})
+
+
+def _index_put_inplace(self, indices, values, accumulate=False, unsafe=False):
+    if _has_mask(indices) and not (len(indices) == 1 and values.numel() == 1 and not accumulate):
+        indices = _expand_masks(indices)
+    out = aten.index_put.default(self, indices, values, accumulate)
+    tt.write(self, tt.to_jax(out))
+    return self
+
+
+SPECIAL[aten.index_put_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
+SPECIAL[aten._index_put_impl_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)

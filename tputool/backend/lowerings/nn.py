@@ -142,7 +142,8 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
         return (total / divisor_override).astype(x.dtype)
     if count_include_pad:
         # count window cells inside the (explicitly) padded input, excluding ceil_mode overhang
-        ones = jnp.pad(jnp.ones(x.shape[lead:], xa.dtype), [(pp, pp) for pp in p])
+        # cells inside input + explicit padding count; ceil_mode overhang does not
+        ones = jnp.ones(tuple(x.shape[lead + i] + 2 * p[i] for i in range(nd)), xa.dtype)
         cnt = lax.reduce_window(ones, 0.0, lax.add, tuple(k), tuple(s), [(0, e - b) for (b, e) in pads])
     else:
         ones = jnp.ones(x.shape[lead:], xa.dtype)

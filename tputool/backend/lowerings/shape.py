@@ -69,6 +69,11 @@ def _mask_index(self, indices):
     raise Unsupported("index_put with a boolean mask: data-dependent positions")
 
 
+@lowering(aten._index_put_impl.default)
+def index_put_impl(self, indices, values, accumulate=False, unsafe=False):
+    return index_put(self, indices, values, accumulate)
+
+
 @lowering(aten._unsafe_index.Tensor)
 def unsafe_index(self, indices):
     return index(self, indices)

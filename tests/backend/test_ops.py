@@ -1,0 +1,135 @@
+"""Ops of the tpu backend that models lean on, forward and backward, against PyTorch on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tputool.backend  # noqa: F401 - registers the device
+from tputool.backend import events
+
+T = "tpu"
+
+
+def run_both(fn, *inputs, grad: bool = True, atol=1e-5, rtol=1e-4):
+    """fn on CPU and on tpu copies of `inputs`; outputs and (if grad) input gradients must match."""
+    cpu_in = [x.detach().clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    tpu_in = [x.detach().clone().to(T).requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    ref, got = fn(*cpu_in), fn(*tpu_in)
+    torch.testing.assert_close(got.cpu(), ref, atol=atol, rtol=rtol)
+    if grad and ref.requires_grad:
+        g = torch.randn_like(ref)
+        ref.backward(g)
+        got.backward(g.to(T))
+        for c, t in zip(cpu_in, tpu_in, strict=True):
+            if c.grad is not None:
+                torch.testing.assert_close(t.grad.cpu(), c.grad, atol=atol, rtol=rtol)
+
+
+def test_no_fallback_for_common_model_ops(monkeypatch):
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    x = torch.randn(2, 3, 8, 8)
+    run_both(lambda a, w: F.conv2d(a, w, padding=1, stride=2), x, torch.randn(4, 3, 3, 3))
+    run_both(lambda a, w: F.conv_transpose2d(a, w, stride=2), x, torch.randn(3, 2, 3, 3))
+    run_both(lambda a: F.max_pool2d(a, 2), x)
+    run_both(lambda a: F.avg_pool2d(a, 3, stride=2, padding=1), x)
+    run_both(lambda a: F.adaptive_avg_pool2d(a, 1), x)
+    run_both(lambda a, w, b: F.layer_norm(a, (8,), w, b), x, torch.randn(8), torch.randn(8))
+    run_both(lambda a: F.gelu(a, approximate="tanh").tanh().sigmoid(), x)
+    run_both(lambda a: F.silu(a) * F.softmax(a, -1) + F.log_softmax(a, 1), x)
+    q = torch.randn(2, 4, 6, 8)
+    run_both(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q, q + 1, q - 1)
+    w = torch.randn(10, 4)
+    idx = torch.tensor([[1, 2, 3], [9, 0, 1]])
+    run_both(lambda e, i: F.embedding(i, e), w, idx)
+    run_both(lambda a, t: F.cross_entropy(a, t), torch.randn(5, 7), torch.randint(0, 7, (5,)))
+    run_both(lambda a, b: F.mse_loss(a, b), torch.randn(5, 7), torch.randn(5, 7))
+
+
+def test_batch_norm_training_updates_running_stats():
+    bn_c = torch.nn.BatchNorm2d(3)
+    bn_t = torch.nn.BatchNorm2d(3).to(T)
+    x = torch.randn(4, 3, 5, 5)
+    torch.testing.assert_close(bn_t(x.to(T)).cpu(), bn_c(x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(bn_t.running_mean.cpu(), bn_c.running_mean)
+    torch.testing.assert_close(bn_t.running_var.cpu(), bn_c.running_var)
+    assert bn_t.num_batches_tracked.item() == 1
+
+
+def test_indexing_ops():
+    x = torch.randn(5, 6)
+    i = torch.tensor([0, 3, 3])
+    run_both(lambda a: a[i], x)
+    run_both(lambda a: a[:, i] * 2, x)
+    run_both(lambda a: a.gather(1, torch.tensor([[0, 1], [2, 3], [4, 5], [0, 0], [1, 1]]).to(a.device)), x)
+    run_both(lambda a: a.index_select(0, i.to(a.device)), x)
+    run_both(lambda a: torch.zeros(5, 6, device=a.device).scatter_add(0, torch.ones(5, 6, dtype=torch.long,
+                                                                                     device=a.device), a), x)
+    c = x.clone()
+    t = x.to(T)
+    c[c > 0] = 0.0
+    t[t > 0] = 0.0
+    torch.testing.assert_close(t.cpu(), c)
+    c[torch.tensor([1, 2])] += 1
+    t[torch.tensor([1, 2]).to(T)] += 1
+    torch.testing.assert_close(t.cpu(), c)
+
+
+def test_masked_select_falls_back_and_stays_correct():
+    events.reset()
+    x = torch.randn(10)
+    torch.testing.assert_close(x.to(T)[x.to(T) > 0].cpu(), x[x > 0])
+    assert events.total("fallback") >= 1
+
+
+def test_reductions_and_shapes():
+    x = torch.randn(4, 5, 6)
+    for fn in (lambda a: a.sum((0, 2)), lambda a: a.mean(-1, keepdim=True), lambda a: a.var(1),
+               lambda a: a.std(), lambda a: a.amax(1), lambda a: a.logsumexp(2), lambda a: a.norm(dim=1),
+               lambda a: a.cumsum(1), lambda a: torch.cat([a, a * 2], 1), lambda a: torch.stack([a, a], 0),
+               lambda a: a.flip(0).roll(2, 1), lambda a: a.tril(), lambda a: F.pad(a, (1, 2, 0, 1)),
+               lambda a: a.max(1).values, lambda a: a.sort(-1).values, lambda a: a.topk(3).values,
+               lambda a: a.permute(2, 0, 1).contiguous().view(6, -1), lambda a: a.repeat(1, 2, 1),
+               lambda a: a.expand(2, 4, 5, 6).sum(0), lambda a: torch.where(a > 0, a, a * 0.1)):
+        run_both(fn, x)
+
+
+def test_integer_and_bool_ops():
+    a = torch.randint(-5, 5, (10,))
+    b = torch.randint(1, 5, (10,))
+    for fn in (lambda x, y: x // y, lambda x, y: x % y, lambda x, y: x * y, lambda x, y: x & y,
+               lambda x, y: torch.div(x, y, rounding_mode="trunc"), lambda x, y: (x > y) | (x == 0),
+               lambda x, y: x.argmax() + y.argmin(), lambda x, y: x.sum() + y.prod(), lambda x, y: x.abs().cumsum(0)):
+        ref = fn(a, b)
+        got = fn(a.to(T), b.to(T))
+        assert got.dtype == ref.dtype
+        assert torch.equal(got.cpu(), ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_backward_dtypes(dtype):
+    lin_c = torch.nn.Linear(6, 3).to(dtype)
+    lin_t = torch.nn.Linear(6, 3).to(dtype).to(T)
+    lin_t.load_state_dict(lin_c.state_dict())
+    x = torch.randn(4, 6, dtype=dtype)
+    lin_c(x).float().sum().backward()
+    lin_t(x.to(T)).float().sum().backward()
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(lin_t.weight.grad.cpu(), lin_c.weight.grad, **tol)
+    assert lin_t.weight.grad.dtype == dtype
+
+
+def test_optimizer_steps_in_place_on_parameters():
+    p_c = torch.nn.Parameter(torch.randn(5))
+    p_t = torch.nn.Parameter(p_c.detach().clone().to(T))
+    for opt_cls in (torch.optim.SGD, torch.optim.Adam):
+        oc, ot = opt_cls([p_c], lr=0.1), opt_cls([p_t], lr=0.1)
+        for _ in range(3):
+            (p_c ** 2).sum().backward()
+            (p_t ** 2).sum().backward()
+            oc.step()
+            ot.step()
+            oc.zero_grad()
+            ot.zero_grad()
+        torch.testing.assert_close(p_t.detach().cpu(), p_c.detach(), atol=1e-6, rtol=1e-5)
