@@ -171,3 +171,16 @@ def test_unsafe_fixes_flag_and_config(tmp_path):
     assert re.search(r"a\.py:5:\d+: TPU\d+ \[unsafe-fix\] ", tagged)
     write(tmp_path, "pyproject.toml", "[tool.tputool]\nunsafe-fixes = true\n")
     assert invoke("port", "-q", ".", cwd=tmp_path).stdout == unsafe
+
+
+def test_output_survives_an_ascii_only_stdout(monkeypatch):
+    import io
+    import sys
+
+    from tputool.codemods.commands import _write
+
+    buf = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(buf, encoding="ascii"))
+    _write('-s = "caf\u00e9"\n')
+    sys.stdout.flush()
+    assert buf.getvalue() == b'-s = "caf\\xe9"\n'

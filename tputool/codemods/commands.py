@@ -85,9 +85,18 @@ class _Progress:
             self.bar.stop()
 
 
+def _write(text: str) -> None:
+    """Write to stdout even when its encoding cannot represent the text (e.g. PYTHONIOENCODING=ascii)."""
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        enc = getattr(sys.stdout, "encoding", None) or "ascii"
+        sys.stdout.write(text.encode(enc, "backslashreplace").decode(enc))
+
+
 def _print_diff(diff: str) -> None:
     if not sys.stdout.isatty():
-        sys.stdout.write(diff)
+        _write(diff)
         return
     for line in diff.splitlines(keepends=True):
         color = None
@@ -99,7 +108,7 @@ def _print_diff(diff: str) -> None:
             color = "red"
         elif line.startswith("@@"):
             color = "cyan"
-        sys.stdout.write(typer.style(line, fg=color) if color else line)
+        _write(typer.style(line, fg=color) if color else line)
 
 
 @_user_errors
@@ -151,8 +160,7 @@ def port(
         lines = rep.finding_lines(result, "port")
         if lines:
             out.print()
-            for line in lines:
-                typer.echo(line)
+            _write("".join(line + "\n" for line in lines))
     for line in rep.problem_lines(result):
         typer.echo(line, err=True)
     if any(r.status in (engine.UNPARSABLE, engine.ERROR) for r in result.files):
@@ -221,7 +229,7 @@ def check(
         except OSError as e:
             raise UserError(f"cannot write {output}: {e.strerror}") from None
     else:
-        sys.stdout.write(text)
+        _write(text)
     if fmt == "text":
         for line in rep.problem_lines(result):
             typer.echo(line, err=True)

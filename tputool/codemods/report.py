@@ -91,8 +91,8 @@ def summary_table(result: RunResult, command: str):  # -> rich.table.Table
     t.add_row("unparsable", str(s["unparsable"]), "left untouched" if s["unparsable"] else "")
     if s["errors"]:
         t.add_row("errors", str(s["errors"]), "unreadable/unwritable files")
-    sev = " · ".join(f"{k} {v}" for k, v in s["by_severity"].items())
-    cls = " · ".join(f"{k} {v}" for k, v in s["by_class"].items())
+    sev = ", ".join(f"{k} {v}" for k, v in s["by_severity"].items())
+    cls = ", ".join(f"{k} {v}" for k, v in s["by_class"].items())
     t.add_row("findings", str(s["findings"]), sev)
     t.add_row("  by class", "", cls)
     fixed_label = "fixes applied" if command == "port" else "auto-fixable"
