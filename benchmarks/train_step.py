@@ -96,6 +96,10 @@ def bench_torch(spec, model, x, y, steps, warmup, device: str, compile_backend: 
     """(train ms, forward ms) of the torch model on `device`, eager or torch.compile'd with `compile_backend`."""
     import torch
 
+    if device == "tpu":
+        from tputool.backend.graph import install
+
+        install()  # idempotent; the device registration normally does it
     m = copy.deepcopy(model).to(device)
     xd, yd = x.to(device), y.to(device)
     fm = torch.compile(m, backend=compile_backend) if compile_backend else m

@@ -143,3 +143,20 @@ def test_inductor_mode_on_tpu_is_refused(tpu_device: str) -> None:
     f = torch.compile(lambda x: x + 1, mode="max-autotune")
     with pytest.raises(Exception, match="Inductor does not generate code for the tpu device"):
         f(torch.ones(2, device=tpu_device))
+
+
+def test_compiled_adamw_step_matches_eager(dev: str) -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model = copy.deepcopy(ref).to(dev)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    step = torch.compile(opt.step, backend="tpu")  # the foreach ops become one computation
+    x = torch.randn(5, 4)
+    for _ in range(3):
+        for m, o, s, inp in ((ref, opt_ref, opt_ref.step, x), (model, opt, step, x.to(dev))):
+            o.zero_grad()
+            m(inp).pow(2).sum().backward()
+            s()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)

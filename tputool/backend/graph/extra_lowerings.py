@@ -344,6 +344,79 @@ SHARED_RNG: dict = {
 """Random ops (take `rng_key`) registered into LOWERINGS when missing."""
 
 
+# ---- foreach ops (graph only: eager keeps PyTorch's own per-tensor loops) -----------------------------
+
+FOREACH_BASE_OVERLOAD: dict[str, tuple[str, ...]] = {
+    "List": ("Tensor", "default"), "Scalar": ("Scalar", "Tensor", "default"), "ScalarList": ("Scalar", "Tensor", "default"),
+    "Tensor": ("Tensor",), "default": ("default",), "ScalarAndTensor": ("Scalar",),
+}
+"""`_foreach_<op>.<overload>` -> overloads of `<op>` tried in order, applied per list element."""
+
+FOREACH_SPECIAL: dict[str, tuple] = {
+    "norm": (aten.linalg_vector_norm.default, lambda x, ord=2, dtype=None: ((x, ord, None, False), {"dtype": dtype})),
+}
+"""Foreach ops whose base has different arguments: name -> (base op, per-element argument builder)."""
+
+
+def _foreach_lowering(op: torch._ops.OpOverload, table: dict) -> Lowering | None:
+    name = op.overloadpacket.__name__[len("_foreach_"):]
+    if name.endswith("_") or any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+        return None
+    if name in FOREACH_SPECIAL:
+        base, build = FOREACH_SPECIAL[name]
+        if base not in table:
+            return None
+        fn = table[base].fn
+
+        def special(*args, **kwargs):
+            return tuple(fn(*a, **k) for a, k in (build(x, *args[1:], **kwargs) for x in args[0]))
+
+        return Lowering(special)
+    pkt = getattr(aten, name, None)
+    base = None
+    for ov in FOREACH_BASE_OVERLOAD.get(op._overloadname, ()):
+        cand = getattr(pkt, ov, None) if pkt is not None else None
+        if cand is not None and cand in table:
+            base = cand
+            break
+    if base is None:
+        return None
+    fn = table[base].fn
+    per_element = [isinstance(a.type, torch._C.ListType) for a in op._schema.arguments if not a.kwarg_only]
+    base_args = [(a.name, a.kwarg_only) for a in base._schema.arguments]
+
+    def call(vals, kwargs):
+        pos, kw = [], dict(kwargs)
+        for v, (name, kwarg_only) in zip(vals, base_args, strict=False):
+            if kwarg_only:
+                kw[name] = v
+            else:
+                pos.append(v)
+        return fn(*pos, **kw)
+
+    def apply(*args, **kwargs):
+        n = next(len(a) for a, listy in zip(args, per_element, strict=False) if listy)
+        return tuple(call([a[i] if listy else a for a, listy in zip(args, per_element, strict=False)], kwargs)
+                     for i in range(n))
+
+    return Lowering(apply)
+
+
+def foreach_lowerings(table: dict) -> dict:
+    """Lowerings for every functional `aten._foreach_*` op whose per-element op is in `table`."""
+    out = {}
+    for pname in dir(aten):
+        if not pname.startswith("_foreach_"):
+            continue
+        pkt = getattr(aten, pname)
+        for ov in pkt.overloads():
+            op = getattr(pkt, ov)
+            low = _foreach_lowering(op, table)
+            if low is not None:
+                out[op] = low
+    return out
+
+
 def register_missing() -> list[str]:
     """Add SHARED/SHARED_RNG entries absent from LOWERINGS; returns the names added."""
     added = []
@@ -358,7 +431,7 @@ def register_missing() -> list[str]:
 def graph_table() -> dict[torch._ops.OpOverload, Lowering]:
     """The table compiled graphs use: LOWERINGS (with the missing shared ops added) plus GRAPH_ONLY views."""
     register_missing()
-    return {**{op: Lowering(fn) for op, fn in GRAPH_ONLY.items()}, **LOWERINGS}
+    return {**foreach_lowerings(LOWERINGS), **{op: Lowering(fn) for op, fn in GRAPH_ONLY.items()}, **LOWERINGS}
 
 
 _cached: tuple[int, dict] | None = None
