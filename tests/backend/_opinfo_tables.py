@@ -27,6 +27,14 @@ HEAVY_TAILED_OPS = frozenset({"cauchy"})
 RANDOM_SAMPLE_KWARGS = ("dropout_p",)
 """A sample passing one of these kwargs > 0 (and not training=False) is random: shape and dtype only."""
 
+TIE_INDEX_OPS = frozenset({
+    "sort", "argsort", "topk", "kthvalue", "mode", "median", "nanmedian", "max.reduction_with_dim",
+    "min.reduction_with_dim", "cummax", "cummin",
+})
+"""Ops whose returned indices among equal input values are implementation-defined (unless `stable=True`):
+on an input with repeated values only the values are compared, and backward (which follows the indices)
+is not."""
+
 SHAPE_ONLY_OPS = {
     "empty": "values of torch.empty are undefined",
     "empty_like": "values of torch.empty_like are undefined",

@@ -75,7 +75,7 @@ def test_distribution_check() -> None:
         with pytest.raises(_opinfo.SampleFailure, match="distribution mismatch"):
             _opinfo._check_distribution(fn(2, None), fn(1, None), "normal")
     with pytest.raises(_opinfo.SampleFailure, match="negative values"):
-        _opinfo._check_distribution(torch.randn(10), torch.rand(10), "rand_like")
+        _opinfo._check_distribution(torch.randn(10), torch.rand(10), "exponential")
     with pytest.raises(_opinfo.SampleFailure, match="non-integer"):
         _opinfo._check_distribution(torch.rand(10), torch.ones(10), "bernoulli")
 
