@@ -131,6 +131,7 @@ def tune_cmd(
     attention: str = typer.Option("plain,chunked:16", "--attention", help="Attention implementations to try."),
     precision: str = typer.Option("bf16,fp32", "--precision", help="Compute precisions to try."),
     max_tensor: int = typer.Option(None, "--max-tensor", help="Largest tensor-parallel axis to consider."),
+    mesh: str = typer.Option(None, "--mesh", help="Only these meshes, e.g. d8f1t1,d2f4t1 (default: all)."),
     hbm_gb: float = typer.Option(None, "--hbm-gb", help="Memory per device for measured mode (GB)."),
     steps: int = typer.Option(3, "--steps", help="Profiled steps per measured candidate."),
     set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
@@ -140,7 +141,7 @@ def tune_cmd(
     from tputool.profile.devices import use_cpu_devices
     from tputool.tune.cli_args import build_space, parse_overrides
 
-    space = build_space(batch, remat, attention, precision, max_tensor)
+    space = build_space(batch, remat, attention, precision, max_tensor, mesh)
     if target is None:
         use_cpu_devices(cpu_devices)
     from rich.console import Console

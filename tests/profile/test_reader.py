@@ -47,6 +47,18 @@ def test_capture_single_device(tmp_path):
     assert abs(sum(op.fraction for op in s.top_ops) - 1) < 1e-6  # every op listed (few ops)
 
 
+def test_capture_without_python_tracer_still_sees_steps_and_compiles(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from tputool.profile.capture import capture
+
+    f = jax.jit(lambda x: jnp.sin(x) @ x)
+    x = jnp.ones((64, 64))
+    s = capture(lambda i: f(x), steps=3, outdir=tmp_path, python_tracer=False)
+    assert s.excluded_steps == 1 and len(s.step_times_s) == 2 and s.compile_s > 0 and s.compute_s > 0
+
+
 def test_missing_trace_is_user_error(tmp_path):
     with pytest.raises(UserError):
         read_trace(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from tputool.errors import UserError
@@ -66,9 +67,28 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def build_space(batches: str, remat: str, attention: str, precision: str, max_tensor: int | None) -> SearchSpace:
+_MESH = re.compile(r"^d(\d+)f(\d+)t(\d+)$")
+
+
+def parse_meshes(text: str | None) -> tuple[tuple[int, int, int], ...] | None:
+    """`d8f1t1,d2f4t1` -> ((8, 1, 1), (2, 4, 1)); None stays None (every mesh)."""
+    if text is None:
+        return None
+    out = []
+    for item in _items(text):
+        m = _MESH.match(item)
+        if not m:
+            raise UserError(f"--mesh: expected dDATAfFSDPtTENSOR like d2f4t1, got '{item}'")
+        out.append(tuple(int(g) for g in m.groups()))
+    if not out:
+        raise UserError("--mesh: empty list")
+    return tuple(out)
+
+
+def build_space(batches: str, remat: str, attention: str, precision: str, max_tensor: int | None,
+                mesh: str | None = None) -> SearchSpace:
     """A SearchSpace from the CLI strings."""
-    return SearchSpace(
+    return SearchSpace(meshes=parse_meshes(mesh),
         batches=parse_ints(batches, "--batch"), remats=parse_choices(remat, REMAT_POLICIES, "--remat"),
         attentions=parse_attention(attention), precisions=parse_choices(precision, PRECISIONS, "--precision"),
         max_tensor=max_tensor,

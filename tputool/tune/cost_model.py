@@ -72,7 +72,7 @@ class Estimate:
     hfu_flops: float  # per step, whole job, with recompute
     tokens_per_step: int
     n_devices: int
-    peak_flops: float  # per device, bf16
+    peak_flops: float  # per device, the fastest matmul precision (bf16 on TPU)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -92,7 +92,7 @@ class Estimate:
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs utilisation against bf16 peak."""
+        """Model FLOPs utilisation against the peak (bf16 on TPU)."""
         return self.model_flops / (self.step_s * self.n_devices * self.peak_flops)
 
 
@@ -206,7 +206,7 @@ def estimate(model: ModelDims, c: Candidate, hw: Hardware, params_per_device: fl
         candidate=c, compute_s=compute_s, hbm_s=hbm_s, comm_s=comm_s, comm_exposed_s=exposed,
         comm_by_axis=comm, step_lower_s=lower, step_upper_s=upper, step_s=point, memory=mem,
         hbm_bytes=hw.hbm_bytes, model_flops=model_flops, hfu_flops=hfu, tokens_per_step=tokens_step,
-        n_devices=n, peak_flops=hw.matmul_flops["bf16"], notes=notes,
+        n_devices=n, peak_flops=max(hw.matmul_flops.values()), notes=notes,
     )
 
 

@@ -26,15 +26,25 @@ def _noop(*args, **kwargs):
     return None
 
 
+def _cast_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    from tputool.backend.dtypes import to_np
+
+    return x if dtype is None else x.astype(to_np(dtype))
+
+
 def lowering_table(attention: str, block: int) -> dict:
-    """The shared LOWERINGS with the tuner's own entries on top."""
+    """The graph backend's table (LOWERINGS + graph-only view ops) with the tuner's own entries on top."""
+    from tputool.backend.graph import jaxify
     from tputool.backend.lowerings import LOWERINGS, Lowering
 
+    base = jaxify.default_table() if hasattr(jaxify, "default_table") else LOWERINGS
     own = {
         aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block)),
         aten._assert_tensor_metadata.default: Lowering(_noop),
     }
-    return {**LOWERINGS, **own}
+    if aten._to_copy.default not in base:  # not yet in the graph table (requested in notes/tune-requests.md)
+        own[aten._to_copy.default] = Lowering(_cast_copy)
+    return {**base, **own}
 
 
 def missing_lowerings(exp: ExportedLoss) -> list[str]:
@@ -44,19 +54,21 @@ def missing_lowerings(exp: ExportedLoss) -> list[str]:
     return missing(exp.graph_module, lowering_table("plain", 1))
 
 
-def _split(exp: ExportedLoss) -> torch.fx.GraphModule:
-    """One submodule per contiguous run of nodes of the same layer (None: outside every layer)."""
-    counter = {"id": -1, "last": object()}
+def _split(exp: ExportedLoss) -> tuple[torch.fx.GraphModule, dict[str, str | None]]:
+    """One submodule per contiguous run of nodes of the same layer; returns it and submodule -> layer."""
     part_of: dict[str, int] = {}
+    layer_of_part: dict[int, str | None] = {}
+    current, last = -1, object()
     for n in exp.graph_module.graph.nodes:
         if n.op != "call_function":
             continue
         layer = exp.layer_of.get(n.name)
-        if layer != counter["last"]:
-            counter["id"] += 1
-            counter["last"] = layer
-        part_of[n.name] = counter["id"]
-    return split_module(exp.graph_module, None, lambda node: part_of[node.name], keep_original_order=True)
+        if layer != last:
+            current, last = current + 1, layer
+            layer_of_part[current] = layer
+        part_of[n.name] = current
+    split = split_module(exp.graph_module, None, lambda node: part_of[node.name], keep_original_order=True)
+    return split, {f"submod_{i}": layer for i, layer in layer_of_part.items()}
 
 
 def _constants(sub: torch.fx.GraphModule) -> dict:
@@ -89,12 +101,11 @@ def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, r
     table = lowering_table(attention, block)
     policy = {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
               "full": jax.checkpoint_policies.nothing_saveable}[remat]
-    split = _split(exp)
+    split, layer_of_sub = _split(exp)
     runners: dict[str, tuple[Callable, bool, bool]] = {}
     for name, sub in split.named_children():
         body = interpret(sub, table, _constants(sub))
-        call_nodes = [n for n in sub.graph.nodes if n.op == "call_function"]
-        in_layer = bool(call_nodes) and exp.layer_of.get(call_nodes[0].name) is not None
+        in_layer = layer_of_sub.get(name) is not None
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
         single = not isinstance(out_node.args[0], tuple | list)
 

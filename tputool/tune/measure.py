@@ -17,7 +17,8 @@ from tputool.tune.step import BuiltStep
 class Measurement:
     """What running a candidate showed (times in seconds, bytes per device)."""
 
-    step_s: float  # median over profiled steps
+    step_s: float  # fastest profiled step (robust to other load on a shared host)
+    step_median_s: float
     compute_s: float  # per device per step, from the trace
     collective_s: float
     idle_s: float
@@ -63,11 +64,11 @@ def measure(built: BuiltStep, spec: ModelSpec, config: Any, steps: int = 3,
 
     jax.block_until_ready(one(0))
     with tempfile.TemporaryDirectory(prefix="tputool-tune-") as tmp:
-        summary = capture(one, steps, trace_dir or tmp)
+        summary = capture(one, steps, trace_dir or tmp, python_tracer=False)
     loss = float(one(0))
     temp, args = memory_bytes(compiled)
     return Measurement(
-        step_s=summary.step_time_s, compute_s=summary.compute_s, collective_s=summary.collective_s,
+        step_s=min(summary.step_times_s), step_median_s=summary.step_time_s, compute_s=summary.compute_s, collective_s=summary.collective_s,
         idle_s=summary.idle_s, compile_s=compile_s, temp_bytes=temp, argument_bytes=args,
         hlo_flops=hlo_flops(compiled), loss=loss,
     )

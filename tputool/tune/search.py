@@ -17,6 +17,14 @@ from tputool.tune.space import Rejected, SearchSpace, enumerate_space
 GIB = 1024**3
 
 
+def fmt_bytes(n: float) -> str:
+    """Bytes in GiB, MiB or KiB, whichever reads best."""
+    for unit, size in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 @dataclass
 class Row:
     """One candidate's fate in a search."""
@@ -28,6 +36,7 @@ class Row:
     reason: str = ""
     measurement: Measurement | None = None
     compiled_memory: float | None = None  # bytes/device from a TPU compile (predicted mode)
+    corrected_step_s: float | None = None  # roofline x measured corrections (measured mode)
 
     @property
     def measured_tokens_per_s(self) -> float | None:
@@ -50,6 +59,7 @@ class TuneResult:
     winner: Row | None
     budget: int = 0  # candidates allowed to run
     notes: list[str] = field(default_factory=list)
+    correction: object = None  # refine.Correction fitted in measured mode
 
     @property
     def measured(self) -> list[Row]:
@@ -103,8 +113,8 @@ def predict_all(dims: ModelDims, hw: Hardware, space: SearchSpace,
         r.predicted_rank = i
         if not r.estimate.fits:
             r.status = "memory"
-            r.reason = (f"predicted {r.estimate.memory.total / GIB:.2f} GiB/device > "
-                        f"{r.estimate.hbm_bytes / GIB:.2f} GiB available")
+            r.reason = (f"predicted {fmt_bytes(r.estimate.memory.total)}/device > "
+                        f"{fmt_bytes(r.estimate.hbm_bytes)} available")
     return rows, enum.rejected
 
 
@@ -113,37 +123,73 @@ def run_budget(n_candidates: int, fraction: float) -> int:
     return max(1, int(n_candidates * fraction))
 
 
+def _measure_row(r: Row, run: Callable[[Candidate], Measurement]) -> None:
+    try:
+        r.measurement = run(r.candidate)
+        r.status = "measured"
+    except Exception as e:  # noqa: BLE001 - a failing candidate is a finding, not a crash
+        r.status = "failed"
+        r.reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+
+
 def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
                   run: Callable[[Candidate], Measurement], fraction: float = 1 / 3,
                   param_shapes: dict[str, tuple[int, ...]] | None = None,
-                  progress: Callable[[Row, int, int], None] | None = None, label: str = "") -> TuneResult:
-    """Measure the cost model's top `fraction` of the fitting candidates with `run`; the fastest measured wins.
+                  progress: Callable[[Row, int, int], None] | None = None, label: str = "",
+                  refine: bool = True) -> TuneResult:
+    """Run at most `fraction` of the fitting candidates with `run`, chosen by the cost model; fastest wins.
 
-    Candidates predicted not to fit are flagged and never run; the rest beyond the budget are recorded as
-    pruned with their predicted rank.
+    With `refine`, the first half of the budget goes to the predicted-best candidate of each mesh shape,
+    then each next candidate is the best by the roofline corrected with the measurements so far (see
+    refine.py). Without it, the roofline's top candidates are run. Candidates predicted not to fit are
+    flagged and never run; the rest are recorded as pruned with their rank.
     """
+    from tputool.tune import refine as refine_mod
+
     rows, rejected = predict_all(dims, hw, space, param_shapes)
     budget = run_budget(len(rows), fraction)
     fitting = [r for r in rows if r.status != "memory"]
-    to_run, rest = fitting[:budget], fitting[budget:]
-    for r in rest:
-        r.status = "pruned"
-        best = fitting[0].estimate.tokens_per_s
-        r.reason = (f"predicted rank {r.predicted_rank}/{len(rows)}: {r.estimate.tokens_per_s:,.0f} tok/s vs "
-                    f"best {best:,.0f}; outside the run budget of {budget}")
-    for i, r in enumerate(to_run, 1):
-        try:
-            r.measurement = run(r.candidate)
-            r.status = "measured"
-        except Exception as e:  # noqa: BLE001 - a failing candidate is a finding, not a crash
-            r.status = "failed"
-            r.reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    done: list[Row] = []
+
+    def step(r: Row) -> None:
+        _measure_row(r, run)
+        done.append(r)
         if progress is not None:
-            progress(r, i, len(to_run))
+            progress(r, len(done), min(budget, len(fitting)))
+
+    if not refine:
+        for r in fitting[:budget]:
+            step(r)
+    else:
+        seen_mesh: set[tuple[int, int, int]] = set()
+        for r in fitting:
+            mesh = (r.candidate.data, r.candidate.fsdp, r.candidate.tensor)
+            if mesh not in seen_mesh and len(done) < max(1, budget // 2):
+                seen_mesh.add(mesh)
+                step(r)
+        while len(done) < min(budget, len(fitting)):
+            corr = refine_mod.fit([(r.candidate, r.estimate.step_s, r.measurement.step_s)
+                                   for r in done if r.measurement is not None])
+            left = [r for r in fitting if r not in done]
+            step(max(left, key=lambda r: r.estimate.tokens_per_step / (r.estimate.step_s * corr.factor(r.candidate))))
+    corr = refine_mod.fit([(r.candidate, r.estimate.step_s, r.measurement.step_s)
+                           for r in done if r.measurement is not None]) if refine else None
+    for r in rows:
+        r.corrected_step_s = r.estimate.step_s * corr.factor(r.candidate) if corr else None
     measured = [r for r in rows if r.status == "measured"]
+    best_measured = max((r.measured_tokens_per_s for r in measured), default=0.0)
+    left = sorted((r for r in fitting if r not in done), key=lambda r: r.corrected_step_s or r.estimate.step_s)
+    for r in left:
+        r.status = "pruned"
+        pred = r.estimate.tokens_per_step / (r.corrected_step_s or r.estimate.step_s)
+        kind = "corrected prediction" if corr else "prediction"
+        r.reason = (f"predicted rank {r.predicted_rank}/{len(rows)}; {kind} {pred:,.0f} tok/s vs best measured "
+                    f"{best_measured:,.0f}; outside the run budget of {budget}")
     winner = max(measured, key=lambda r: r.measured_tokens_per_s) if measured else None
-    return TuneResult(dims.name, "measured", hw, label or f"measured on {hw.name}", rows, rejected, winner,
-                      budget)
+    result = TuneResult(dims.name, "measured", hw, label or f"measured on {hw.name}", rows, rejected, winner,
+                        budget)
+    result.correction = corr
+    return result
 
 
 def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
@@ -164,7 +210,7 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
             try:
                 r.compiled_memory = compile_check(r.candidate)
                 if r.compiled_memory > hw.hbm_bytes:
-                    r.status, r.reason = "memory", f"compiled {r.compiled_memory / GIB:.2f} GiB/device > HBM"
+                    r.status, r.reason = "memory", f"compiled {fmt_bytes(r.compiled_memory)}/device > HBM"
                 elif winner is None:
                     winner = r
             except Exception as e:  # noqa: BLE001 - RESOURCE_EXHAUSTED and other compile failures

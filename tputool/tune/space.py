@@ -18,6 +18,7 @@ class SearchSpace:
     attentions: tuple[tuple[str, int], ...] = (("plain", 0), ("chunked", 16))
     precisions: tuple[str, ...] = PRECISIONS
     max_tensor: int | None = None
+    meshes: tuple[tuple[int, int, int], ...] | None = None  # only these (data, fsdp, tensor), if given
 
     def __post_init__(self) -> None:
         for impl, _ in self.attentions:
@@ -49,6 +50,8 @@ def meshes(n_devices: int) -> list[tuple[int, int, int]]:
 
 def mesh_problem(dims: ModelDims, data: int, fsdp: int, tensor: int, space: SearchSpace) -> str | None:
     """Why a mesh cannot run this model, or None."""
+    if space.meshes is not None and (data, fsdp, tensor) not in space.meshes:
+        return "not in the requested --mesh list"
     if space.max_tensor is not None and tensor > space.max_tensor:
         return f"tensor={tensor} above the limit {space.max_tensor}"
     if tensor > 1:

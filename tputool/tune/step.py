@@ -91,18 +91,21 @@ def make_mesh(c: Candidate, devices: list | None = None):
 
 
 def _adamw(params: dict, grads: dict, m: dict, v: dict, t):
+    """One AdamW update, all in float32 (also when jax_enable_x64 is on)."""
     import jax.numpy as jnp
 
     h = ADAMW
+    f32 = jnp.float32
     t = t + 1
+    bc1 = 1 - f32(h["b1"]) ** t.astype(f32)
+    bc2 = 1 - f32(h["b2"]) ** t.astype(f32)
     new_p, new_m, new_v = {}, {}, {}
     for k, p in params.items():
-        g = grads[k].astype(jnp.float32)
-        new_m[k] = h["b1"] * m[k] + (1 - h["b1"]) * g
-        new_v[k] = h["b2"] * v[k] + (1 - h["b2"]) * g * g
-        mhat = new_m[k] / (1 - h["b1"] ** t)
-        vhat = new_v[k] / (1 - h["b2"] ** t)
-        new_p[k] = p - h["lr"] * (mhat / (jnp.sqrt(vhat) + h["eps"]) + h["weight_decay"] * p)
+        g = grads[k].astype(f32)
+        new_m[k] = (f32(h["b1"]) * m[k] + f32(1 - h["b1"]) * g).astype(f32)
+        new_v[k] = (f32(h["b2"]) * v[k] + f32(1 - h["b2"]) * g * g).astype(f32)
+        update = (new_m[k] / bc1) / (jnp.sqrt(new_v[k] / bc2) + f32(h["eps"])) + f32(h["weight_decay"]) * p
+        new_p[k] = (p - f32(h["lr"]) * update).astype(f32)
     return new_p, new_m, new_v, t
 
 
