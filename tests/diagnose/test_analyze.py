@@ -163,3 +163,18 @@ def test_late_xla_compiles_fold_into_a_shape_recompile():
         [("TPU802", 4, Severity.WARNING)]
     (note,) = [f for f in found if f.code == "TPU808"]
     assert note.line == 9 and note.severity == Severity.INFO and "t.py:4" in note.message
+
+
+def test_compile_time_warns_only_for_steady_state_compiles():
+    from tputool.diagnose.analyze import steady_step_s
+
+    warm = _rec(steps=4, run_s=4.0, step_s=[2.0, 0.1, 0.1, 0.1],
+                xla={"compiles": 10, "compile_s": 1.5, "late_compiles": 0, "late_compile_s": 0.0})
+    (f,) = findings_from_record(warm)
+    assert (f.code, f.severity, f.line) == ("TPU812", Severity.INFO, 0) and "warm-up" in f.fix
+    assert steady_step_s(warm) == 0.1
+    hot = _rec(steps=4, run_s=4.0, step_s=[1.0, 1.0, 1.0, 1.0],
+               xla={"compiles": 10, "compile_s": 3.0, "late_compiles": 5, "late_compile_s": 1.5})
+    (f,) = findings_from_record(hot)
+    assert f.severity == Severity.WARNING and "1.5 s (5 compiles) in the second half" in f.message
+    assert steady_step_s(_rec(step_s=[1.0])) is None

@@ -37,11 +37,11 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
     if static_only:
         return Report(os.path.abspath(script), "static", 0, 0, None, static, static_only=True, note=note)
 
-    from tputool.diagnose.analyze import findings_from_record
+    from tputool.diagnose.analyze import findings_from_record, steady_step_s
     from tputool.diagnose.runner import run_child
 
     rec = run_child(script, list(args or []), timeout_s, max_steps, script_output_to_stderr)
     findings = merge(findings_from_record(rec), static)
     return Report(rec.get("script", os.path.abspath(script)), rec["status"], int(rec.get("exit_code") or 0),
                   int(rec.get("steps") or 0), round(rec["wall_s"], 3), findings, rec.get("error"),
-                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note)
+                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note, step_s=steady_step_s(rec))

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401 - loads the bundled backend before the script runs
 
     from tputool.diagnose import dynamo
+    from tputool.diagnose.jaxwatch import JaxWatch
     from tputool.diagnose.observe import Observer, StepCounter, StepLimitReached, wrap_from_numpy
     from tputool.diagnose.userframes import UserFrames
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if events is not None:
         steps.on_step.append(lambda n: boundaries.append(len(events.log)))
     observer = Observer(frames, steps)
+    jaxwatch = JaxWatch(lambda: steps.steps)
+    jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
     record: dict = {"script": script, "argv": list(ns.args), "max_steps": ns.max_steps, "timeout_s": ns.timeout,
                     "status": "ok", "exit_code": 0, "error": None}
@@ -114,9 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             signal.setitimer(signal.ITIMER_REAL, 0)
         observer.__exit__(None, None, None)
         steps.remove()
+        jaxwatch.remove()
         undo_numpy()
     t_end = time.perf_counter()
-    record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0})
+    record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0,
+                   "step_s": [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)],
+                   "xla": jaxwatch.to_record(steps.steps)})
     record.update(observer.to_record())
     record.update(dynamo.collect(frames))
     record.update(_events_record(boundaries, steps.steps))

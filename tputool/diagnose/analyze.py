@@ -273,11 +273,42 @@ def _run_status(rec: dict) -> list[Finding]:
     return out
 
 
+# Steady-state compile seconds above this fraction of the steady-state step time make TPU812 a warning.
+LATE_COMPILE_FRACTION = 0.25
+
+
+def steady_step_s(rec: dict) -> float | None:
+    """Median seconds per optimizer step over the second half of the run (None with fewer than 2 steps)."""
+    times = rec.get("step_s") or []
+    late = sorted(times[len(times) // 2:]) if len(times) >= 2 else []
+    return late[len(late) // 2] if late else None
+
+
+def _compile_time(rec: dict) -> list[Finding]:
+    xla = rec.get("xla") or {}
+    total = xla.get("compile_s", 0.0)
+    if not xla.get("compiles"):
+        return []
+    times = rec.get("step_s") or []
+    late_time = sum(times[len(times) // 2:]) if len(times) >= 2 else 0.0
+    late = xla.get("late_compile_s", 0.0)
+    run = rec.get("run_s") or 0.0
+    share = f" ({total / run:.0%} of the run)" if run else ""
+    msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
+    if len(times) >= 2:
+        msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
+    bad = late_time > 0 and late > LATE_COMPILE_FRACTION * late_time
+    fix = None if late > 0 else "nothing needed: warm-up compiles only (the persistent cache saves them next run)"
+    return [_finding("TPU812", rec.get("script", "?"), 0, msg, count=xla["compiles"], fix=fix,
+                     severity=Severity.WARNING if bad else Severity.INFO, compile_s=round(total, 3),
+                     late_compile_s=round(late, 3))]
+
+
 def findings_from_record(rec: dict) -> list[Finding]:
     """Every runtime finding the record supports, unsorted."""
     steps = int(rec.get("steps") or 0)
     found = [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
-             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps)]
+             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec)]
     return _fold_xla_compiles(found)
 
 
@@ -287,6 +318,11 @@ _GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
 def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
     """When Dynamo recompiles for changing shapes (TPU802), late XLA compiles (TPU808) are the same cause:
     those of compiled graphs are dropped, those of eager ops kept as notes pointing at the recompile."""
+    causes = [f for f in found if f.code in ("TPU802", "TPU808") and f.severity >= Severity.WARNING]
+    for f in found:
+        if f.code == "TPU812" and f.severity >= Severity.WARNING and causes:
+            f.severity = Severity.INFO  # the cost of the recompiles already reported
+            f.message += f" (see {causes[0].code} at {os.path.basename(causes[0].file)}:{causes[0].line})"
     shape_recompiles = [f for f in found if f.code == "TPU802" and f.severity >= Severity.WARNING
                         and "changing input shapes" in f.extra.get("classes", {})]
     if not shape_recompiles:

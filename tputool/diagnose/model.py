@@ -39,6 +39,7 @@ class Report:
     devices: list[str] = field(default_factory=list)
     static_only: bool = False
     note: str | None = None  # e.g. why the static analysis was skipped
+    step_s: float | None = None  # median seconds per optimizer step, second half of the run
 
     @property
     def script_failed(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -33,6 +34,7 @@ class StepCounter:
 
     def __init__(self, max_steps: int | None) -> None:
         self.steps = 0
+        self.step_ends: list[float] = []  # time.perf_counter() when each step finished
         self.max_steps = max_steps
         self.on_step: list[Callable[[int], None]] = []
         self._handle = None
@@ -51,6 +53,7 @@ class StepCounter:
 
     def _hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
+        self.step_ends.append(time.perf_counter())
         for fn in self.on_step:
             fn(self.steps)
         if self.max_steps is not None and self.steps >= self.max_steps:

@@ -3,6 +3,7 @@
 JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
   schema: "tputool.diagnose/1"; script: path; status: ok | error | step_limit | timeout | crashed | static;
   exit_code: the script's exit status; steps: optimizer steps run; wall_s / run_s: seconds (null for --static);
+  step_s: median seconds per step over the second half of the run (null with fewer than 2 steps);
   devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
   verdict: the one-line summary; summary: {error, warning, info}: counts;
   findings: [{severity: error|warning|info, code, name, file, line, message, fix, count, per_step (null when no
@@ -74,7 +75,8 @@ def _run_line(report: Report) -> str:
     accel = [d for d in report.devices if d != "cpu"] or report.devices
     devices = f" on {', '.join(accel)}" if accel else ""
     secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
-    return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}; {how}"
+    step = f" ({report.step_s * 1000:.1f} ms/step in steady state)" if report.step_s is not None else ""
+    return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}{step}; {how}"
 
 
 def to_json(report: Report) -> str:
@@ -82,7 +84,7 @@ def to_json(report: Report) -> str:
     doc = {
         "schema": SCHEMA, "script": display_path(report.script), "status": report.status,
         "exit_code": report.exit_code, "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
-        "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
+        "step_s": report.step_s, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
         "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.file),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
                       "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
@@ -109,7 +111,8 @@ def render_text(report: Report, console: object) -> None:
         c.print(f"\n[{_STYLE[sev]}]{str(sev).upper()}S ({len(group)})[/{_STYLE[sev]}]")
         for f in group:
             rate = f" [dim]{f.per_step:g}/step[/dim]" if f.per_step is not None and f.count > 1 else ""
-            c.print(f"  [{_STYLE[sev]}]{f.code}[/{_STYLE[sev]}] {escape(display_path(f.file))}:{f.line}  "
+            where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
+            c.print(f"  [{_STYLE[sev]}]{f.code}[/{_STYLE[sev]}] {escape(where)}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
             c.print(f"         [green]fix:[/green] {escape(f.fix)}")
     if report.error and report.error.get("traceback"):

@@ -66,6 +66,11 @@ RULES: tuple[Rule, ...] = (
           "The backend compiled new XLA executables in the second half of the run, when every shape should\n"
           "have been seen already: inputs change shape (or dtype) from step to step, so each step pays a\n"
           "compile. Fix: pad inputs to a few fixed sizes (buckets); drop the last partial batch.", (77,)),
+    _rule("TPU812", "xla-compile-time", "XLA compile time", _I,
+          "Seconds JAX spent compiling XLA programs (from jax.monitoring), and how much of it fell in the\n"
+          "second half of the run. Warm-up compiles are paid once (the persistent cache saves them next\n"
+          "time); compiles in steady state are paid every step. Fix: stable shapes and dtypes, fewer\n"
+          "distinct programs (compile the whole step).", (77,)),
     _rule("TPU809", "host-sync", "one-off or periodic host sync", _I,
           "A host sync outside the step loop (once, or at the end) or only every few steps (periodic\n"
           "logging): harmless for speed, listed so the every-step syncs stand out.", (76,)),
@@ -89,6 +94,7 @@ FIX: dict[str, str] = {
     "TPU806": "remove the flush cause, or compile the step with torch.compile(backend='tpu')",
     "TPU807": "create constant tensors on the device once, outside the loop",
     "TPU808": "pad the inputs to a few fixed shapes (buckets), e.g. DataLoader(drop_last=True)",
+    "TPU812": "keep shapes and dtypes fixed after warm-up; compile the whole step with torch.compile(backend='tpu')",
     "TPU809": "nothing needed: a sync once or every few steps costs little",
     "TPU810": "fix the exception shown in the traceback",
     "TPU811": "pass --max-steps N, or a larger --timeout",
