@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch  # noqa: F401 - first: importing tputool.backend before torch breaks the device's autoload
+
 from tputool.backend import events
 from tputool.diagnose._child import _events_record
 
