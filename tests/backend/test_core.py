@@ -239,3 +239,12 @@ def test_to_jax_from_jax_api():
     assert t.device.type == T and t.dtype == torch.bfloat16 and t.requires_grad
     (t * 2).sum().backward()
     same(t.grad, torch.full((2, 2), 2.0, dtype=torch.bfloat16))
+
+
+def test_tied_parameters_stay_tied_after_to_tpu():
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    m = torch.nn.ModuleDict({"emb": emb, "head": head}).to(T)
+    assert m["head"].weight is m["emb"].weight and m["emb"].weight.device.type == T
+    assert len(list(m.parameters())) == 1

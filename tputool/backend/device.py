@@ -53,6 +53,9 @@ def register() -> bool:
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
     _register_kernels()
+    from tputool.backend import module_ties
+
+    module_ties.install()
     _registered = True
     return True
 
