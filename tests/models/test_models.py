@@ -118,3 +118,10 @@ def test_moe_experts_get_gradients() -> None:
     moe_layer = model.layers[0].ffn
     assert isinstance(moe_layer, MoEFeedForward) and isinstance(spec.config(), MoEConfig)
     assert moe_layer.w1.grad is not None and moe_layer.router.weight.grad.abs().sum() > 0
+
+
+def test_llama_head_stays_tied_across_device_moves() -> None:
+    # meta, like PrivateUse1 devices, cannot shallow-copy CPU tensors, so nn.Module._apply replaces parameters
+    model = Llama(LlamaConfig(tie_embeddings=True)).to("meta")
+    assert model.head.weight is model.tok_emb.weight
+    assert model.head.weight.device.type == "meta"

@@ -152,6 +152,14 @@ class Llama(nn.Module):
         if config.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - nn.Module's private hook
+        """Re-tie the head after `.to(device)`: PyTorch replaces parameters (dropping the tie) when the
+        device's tensor type cannot share a shallow copy with CPU's, as for PrivateUse1 backends."""
+        out = super()._apply(fn, recurse)
+        if self.config.tie_embeddings and self.head.weight is not self.tok_emb.weight:
+            self.head.weight = self.tok_emb.weight
+        return out
+
     def forward(self, tokens: Tensor) -> Tensor:
         """Logits (batch, seq, vocab) for token ids (batch, seq), seq <= max_seq_len."""
         t = tokens.shape[1]
