@@ -66,12 +66,15 @@ def test_recompile_storm_hits_limit():
     assert "recompile limit" in f.message and "mark_dynamic" in f.fix
 
 
-def test_single_recompile_is_info_and_library_compiles_ignored():
+def test_single_recompile_is_info_and_torch_compiles_ignored():
     compiles = [{"function": "f", "resume_at": None, "file": "/u/t.py", "line": 4, "user": True, "ops": 2,
                  "recompile_reason": r} for r in (None, "0/0: tensor 'x' size mismatch at index 0")]
-    compiles.append({**compiles[1], "user": False, "file": "/site-packages/lib.py"})
+    compiles.append({**compiles[1], "user": False, "torch": True, "file": "/site-packages/torch/nn/x.py"})
     (f,) = findings_from_record(_rec(compiles=compiles, recompile_limit=8))
     assert f.severity == Severity.INFO and f.file == "/u/t.py"
+    lib = [{**c, "user": False, "torch": False, "file": "/site-packages/transformers/m.py"} for c in compiles[:2]]
+    assert {f.file for f in findings_from_record(_rec(compiles=compiles[:2] + lib, recompile_limit=8))} == \
+        {"/u/t.py", "/site-packages/transformers/m.py"}
 
 
 def test_backend_events_in_the_loop_and_in_setup():
@@ -178,3 +181,14 @@ def test_compile_time_warns_only_for_steady_state_compiles():
     (f,) = findings_from_record(hot)
     assert f.severity == Severity.WARNING and "1.5 s (5 compiles) in the second half" in f.message
     assert steady_step_s(_rec(step_s=[1.0])) is None
+
+
+def test_library_recompiles_merge_at_the_user_call_site():
+    def lib(fn, line):
+        return [{"function": fn, "resume_at": None, "file": f"/site-packages/hf/{fn}.py", "line": line,
+                 "user": False, "torch": False, "ops": 3, "call_site": ["/u/train.py", 9],
+                 "recompile_reason": None if i == 0 else f"{line}/{i - 1}: tensor 'ids' size mismatch at index 1"}
+                for i in range(4)]
+    (f,) = findings_from_record(_rec(compiles=lib("forward", 10) + lib("loss", 20), recompile_limit=8))
+    assert (f.code, f.file, f.line, f.count) == ("TPU802", "/u/train.py", 9, 3)
+    assert f.message.startswith("forward() in forward.py:10 (and 1 more compiled function) recompiled 3 times")

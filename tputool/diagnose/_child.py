@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     jaxwatch = JaxWatch(lambda: steps.steps)
     jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
+    call_sites = dynamo.CallSites(frames)
+    call_sites.install()
     record: dict = {"script": script, "argv": list(ns.args), "max_steps": ns.max_steps, "timeout_s": ns.timeout,
                     "status": "ok", "exit_code": 0, "error": None}
     sys.argv = [script, *ns.args]
@@ -118,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         observer.__exit__(None, None, None)
         steps.remove()
         jaxwatch.remove()
+        call_sites.remove()
         undo_numpy()
     t_end = time.perf_counter()
     record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0,
                    "step_s": [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)],
                    "xla": jaxwatch.to_record(steps.steps)})
     record.update(observer.to_record())
-    record.update(dynamo.collect(frames))
+    record.update(dynamo.collect(frames, call_sites.sites))
     record.update(_events_record(boundaries, steps.steps))
     with open(ns.record, "w") as f:
         json.dump(record, f)

@@ -160,12 +160,18 @@ def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
 
 
 def _recompiles(rec: dict) -> list[Finding]:
+    """One finding per compiled function that recompiled, classified by the guard that failed.
+
+    A library function the user compiled (a Hugging Face forward, say) is reported at the user's call
+    site when Dynamo's compile-start callback saw one; functions recompiling for the same reason at the
+    same place are one finding.
+    """
     groups: dict[tuple[str, str], list[dict]] = {}
     for c in rec.get("compiles", []):
-        if c.get("user"):
+        if c.get("user") or not c.get("torch", True):  # the user's code, or a library the user compiled
             groups.setdefault((c["file"], c["function"]), []).append(c)
     limit = rec.get("recompile_limit")
-    out = []
+    merged: dict[tuple[str, int, str], dict] = {}
     for (file, function), cs in groups.items():
         recompiles = [c for c in cs if c.get("recompile_reason")]
         if not recompiles:
@@ -178,16 +184,33 @@ def _recompiles(rec: dict) -> list[Finding]:
         main_class, (_, fix, example) = max(classes.items(), key=lambda kv: kv[1][0])
         line = min(c["line"] for c in cs if c["resume_at"] is None) if any(c["resume_at"] is None for c in cs) \
             else cs[0]["line"]
+        where = (file, line)
+        sites = [c["call_site"] for c in recompiles if c.get("call_site")]
+        if not any(c.get("user") for c in cs) and sites:
+            where = (sites[0][0], sites[0][1])
         n = len(recompiles)
         hit = limit is not None and max(sum(1 for c in cs if c["resume_at"] == r) for r in
                                         {c["resume_at"] for c in cs}) >= limit
-        guard = _COMPILE_ID.sub("", example.split("\n", 1)[0]).strip()
-        msg = f"{function}() recompiled {n} time{'s' * (n != 1)}, {main_class} (guard: {guard})"
-        if hit:
+        entry = merged.setdefault((*where, main_class), {"functions": [], "n": 0, "hit": False, "fix": fix,
+                                                         "example": example, "classes": {}})
+        entry["functions"].append(f"{function}()" if where == (file, line)
+                                  else f"{function}() in {os.path.basename(file)}:{line}")
+        entry["n"] = max(entry["n"], n)
+        entry["hit"] = entry["hit"] or hit
+        for k, v in classes.items():
+            entry["classes"][k] = entry["classes"].get(k, 0) + v[0]
+    out = []
+    for (file, line, main_class), e in merged.items():
+        guard = _COMPILE_ID.sub("", e["example"].split("\n", 1)[0]).strip()
+        name, others = e["functions"][0], e["functions"][1:]
+        more = f" (and {len(others)} more compiled function{'s' * (len(others) != 1)})" if others else ""
+        n = e["n"]
+        msg = f"{name}{more} recompiled {n} time{'s' * (n != 1)}, {main_class} (guard: {guard})"
+        if e["hit"]:
             msg += f"; hit the recompile limit ({limit}), so it now runs uncompiled"
-        out.append(_finding("TPU802", file, line, msg, count=n, fix=fix,
-                            severity=Severity.WARNING if n >= 2 or hit else Severity.INFO,
-                            classes={k: v[0] for k, v in classes.items()}, hit_limit=hit))
+        out.append(_finding("TPU802", file, line, msg, count=n, fix=e["fix"],
+                            severity=Severity.WARNING if n >= 2 or e["hit"] else Severity.INFO,
+                            classes=e["classes"], hit_limit=e["hit"], functions=e["functions"]))
     return out
 
 

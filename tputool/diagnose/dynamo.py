@@ -8,6 +8,8 @@ when the script never imported it, nothing was compiled.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import sys
 
@@ -17,12 +19,62 @@ METRICS_LIMIT = 100_000
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
+class CallSites:
+    """Where each Dynamo compile was triggered from: the innermost user frame when a compile starts.
+
+    Registered on the first `torch.compile(...)` call (wrapping it), so scripts that never compile do
+    not pay for importing Dynamo.
+    """
+
+    def __init__(self, frames: UserFrames) -> None:
+        self.frames = frames
+        self.sites: dict[str, tuple[str, int]] = {}  # compile id ("0/1") -> (file, line)
+        self._original = None
+
+    def install(self) -> None:
+        """Wrap torch.compile so that its first call registers the compile-start callback."""
+        import torch
+
+        original = self._original = torch.compile
+        state = {"registered": False}
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            if not state["registered"]:
+                from torch._dynamo.callback import on_compile_start
+
+                on_compile_start(self._on_start)
+                raise_metrics_limit()
+                state["registered"] = True
+            return original(*args, **kwargs)
+
+        torch.compile = compile
+
+    def remove(self) -> None:
+        """Put torch.compile back."""
+        if self._original is not None:
+            import torch
+
+            torch.compile = self._original
+            self._original = None
+
+    def _on_start(self, args: object) -> None:
+        loc = self.frames.location(1)
+        if loc is not None:
+            self.sites[str(getattr(args, "compile_id", ""))] = loc
+
+
 def raise_metrics_limit() -> None:
     """Keep every compile's metrics (Dynamo keeps the last 64 by default); no-op before Dynamo is imported."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is not None and getattr(utils, "_compilation_metrics", None) is not None:
         if utils._compilation_metrics.maxlen != METRICS_LIMIT:
             utils.set_compilation_metrics_limit(METRICS_LIMIT)
+
+
+def _is_torch(filename: str) -> bool:
+    """True for PyTorch's own files (their compiles and breaks are not the user's to fix)."""
+    return f"{os.sep}torch{os.sep}" in filename or filename.startswith("<")
 
 
 def _short_reason(reason: str) -> str:
@@ -34,7 +86,7 @@ def _short_reason(reason: str) -> str:
     return f"{lines[0]}: {why}" if why else lines[0]
 
 
-def collect(frames: UserFrames) -> dict:
+def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None) -> dict:
     """Graph breaks and compiles seen by Dynamo, located at the user's frames, as JSON-ready lists."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
@@ -48,9 +100,10 @@ def collect(frames: UserFrames) -> dict:
         compiles.append({
             "function": resumed.group(1) if resumed else name,
             "resume_at": int(resumed.group(2)) if resumed else None,
-            "file": file, "line": line, "user": frames.is_user(file),
+            "file": file, "line": line, "user": frames.is_user(file), "torch": _is_torch(file),
             "ops": m.graph_op_count, "compile_id": m.compile_id,
             "recompile_reason": m.recompile_reason, "fail_type": m.fail_type,
+            "call_site": (sites or {}).get(str(m.compile_id)),
             "fail_reason": m.fail_reason,
         })
 
@@ -58,9 +111,11 @@ def collect(frames: UserFrames) -> dict:
     breaks: dict[tuple[str, int, str], dict] = {}
     for gb in utils.graph_break_reasons:
         user = [fs for fs in gb.user_stack if frames.is_user(fs.filename)]
-        if not user:
+        # A break inside a library the user compiled (e.g. a Hugging Face forward) is reported where it is.
+        outside = [fs for fs in gb.user_stack if not _is_torch(fs.filename)]
+        if not (user or outside):
             continue
-        fs = user[-1]
+        fs = (user or outside)[-1]
         key = (fs.filename, fs.lineno or 0, _short_reason(gb.reason))
         entry = breaks.setdefault(key, {"file": key[0], "line": key[1], "reason": key[2], "function": fs.name,
                                         "compiles": 0, "count": hits.get(gb.reason, 0)})
