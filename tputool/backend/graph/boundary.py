@@ -7,6 +7,7 @@ numpy. The RNG key for graphs with random ops comes from the backend's generator
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,11 +29,42 @@ def to_jax(t: Any) -> Any:
     """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    if t.device.type == "tpu":
-        from tputool.backend.tensor import to_jax as tpu_to_jax
+    try:
+        return _tpu_to_jax(t)
+    except AttributeError:  # no `_tpu` on the storage: a CPU tensor
+        if t.device.type == "cpu":
+            return cpu_to_jax(t)
+        raise
 
-        return tpu_to_jax(t)
-    return cpu_to_jax(t)
+
+def _tpu_to_jax(t: torch.Tensor) -> jax.Array:
+    global _tpu_to_jax
+    from tputool.backend.tensor import to_jax as tpu_to_jax
+
+    _tpu_to_jax = tpu_to_jax
+    return tpu_to_jax(t)
+
+
+_EXCLUSIVE_REFS = 4  # the storage attribute, the caller list, this function argument, getrefcount argument
+
+
+def donatable(t: torch.Tensor, value: jax.Array) -> bool:
+    """True when `value` is `t`'s whole buffer and nothing else holds it, so a computation may reuse it."""
+    st = t.untyped_storage()
+    return getattr(st, "_tpu", None) is value and sys.getrefcount(value) <= _EXCLUSIVE_REFS
+
+
+def write_back(t: torch.Tensor, value: jax.Array) -> None:
+    """Store a compiled graph's new value of input `t` into it, as an in-place op would (version bumped)."""
+    if t.device.type == "tpu":
+        from tputool.backend.tensor import write
+
+        write(t, value)
+    else:
+        with torch.no_grad():
+            t.copy_(jax_to_cpu(value))
+        return
+    torch.autograd.graph.increment_version(t)
 
 
 def from_jax(a: Any, device_type: str) -> Any:

@@ -56,11 +56,21 @@ class CompiledGraph:
         self.device_type = device_type
 
     def __call__(self, args: list) -> list:
-        """Unwrap `args`, run the JAX computation, wrap its outputs."""
-        ins = [boundary.to_jax(a) for a in args]
+        """Unwrap `args`, run the JAX computation, write mutated inputs back, wrap the other outputs."""
+        to_jax = boundary.to_jax
+        ins = [to_jax(a) for a in args]
+        mutated = self.graph.mutated
+        targets = [args[i] for i in mutated]
+        donate = self.device_type == "tpu" and all(boundary.donatable(args[i], ins[i]) for i in mutated)
         args.clear()  # boxed convention: let AOTAutograd free inputs it no longer needs
         key = boundary.next_rng_words() if self.graph.uses_rng else None
-        outs = self.graph(*ins, rng_key=key)
+        outs = self.graph(*ins, rng_key=key, donate=bool(mutated) and donate)
+        del ins
+        if mutated:
+            n = len(outs) - len(mutated)
+            for t, v in zip(targets, outs[n:], strict=True):
+                boundary.write_back(t, v)
+            outs = outs[:n]
         dev = self.device_type
         return [boundary.from_jax(o, dev) for o in outs]
 
@@ -106,7 +116,7 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
             inference_compiler=compile_graph("inference"),
             decompositions=_decompositions(),
             partition_fn=min_cut_rematerialization_partition,
-            keep_inference_input_mutations=False,
+            keep_inference_input_mutations=True,  # copied back by CompiledGraph, not by eager copy_
         )
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -57,16 +57,16 @@ def default_table() -> dict:
     return cached_graph_table()
 
 
-def missing_lowerings(gm: fx.GraphModule, table: dict | None = None) -> list[str]:
+def missing_lowerings(gm: fx.GraphModule, table: dict | None = None, input_mutations: bool = False) -> list[str]:
     """Names of the graph's call_function targets that neither `table` (default: graph table) nor the
-    interpreter handle."""
+    interpreter handle (`input_mutations`: copies into placeholders are handled, see `interpret`)."""
     table = default_table() if table is None else table
     missing = []
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         t = node.target
-        if t is operator.getitem or t in SIZE_OPS or t in PYTHON_FUNCS:
+        if t is operator.getitem or t in SIZE_OPS or t in PYTHON_FUNCS or (input_mutations and _is_input_copy(node)):
             continue
         if isinstance(t, torch._ops.OpOverload) and t in table:
             continue
@@ -86,9 +86,31 @@ def _constant(value: Any, to_jax: Callable[[torch.Tensor], jax.Array]) -> Any:
     return value
 
 
-def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any]) -> Callable[..., tuple]:
-    """A Python function (rng_key, *inputs) -> tuple of outputs that evaluates `gm` with `table`'s lowerings."""
+def _is_input_copy(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
+
+
+def mutated_inputs(gm: fx.GraphModule) -> list[int]:
+    """Positions of the placeholders that the graph overwrites with `aten.copy_` (kept input mutations)."""
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    targets = []
+    for n in gm.graph.nodes:
+        if _is_input_copy(n) and places.index(n.args[0]) not in targets:
+            targets.append(places.index(n.args[0]))
+    return targets
+
+
+def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any],
+              input_mutations: bool = False) -> Callable[..., tuple]:
+    """A Python function (rng_key, *inputs) -> tuple of outputs that evaluates `gm` with `table`'s lowerings.
+
+    With `input_mutations`, `aten.copy_` into a placeholder is not an error: the copied values of the
+    `mutated_inputs(gm)` placeholders are returned after the graph's outputs, for the caller to write back.
+    """
     nodes = list(gm.graph.nodes)
+    places = [n for n in nodes if n.op == "placeholder"]
+    mutated = [places[i] for i in mutated_inputs(gm)] if input_mutations else []
 
     def run(rng_key: jax.Array | None, *inputs: Any) -> tuple:
         env: dict[fx.Node, Any] = {}
@@ -108,6 +130,9 @@ def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any]) -> Cal
                 t = node.target
                 if t is operator.getitem:
                     env[node] = args[0][args[1]]
+                elif mutated and _is_input_copy(node):
+                    dst, src = args[0], args[1]
+                    env[node.args[0]] = env[node] = jax.numpy.broadcast_to(src.astype(dst.dtype), dst.shape)
                 elif t in SIZE_OPS:
                     env[node] = SIZE_OPS[t](*args, **kwargs)
                 elif t in PYTHON_FUNCS:
@@ -120,7 +145,8 @@ def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any]) -> Cal
                     env[node] = low.fn(*args, **kwargs)
             elif node.op == "output":
                 out = value(node.args[0])
-                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+                out = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+                return out + tuple(env[p] for p in mutated)
             else:
                 raise NotImplementedError(f"tpu graph: FX node kind '{node.op}' ({node.target}) is not supported")
         raise ValueError("graph has no output node")
@@ -147,10 +173,19 @@ class JaxGraph:
     _has_static_out: bool = False
     key_from: Callable[[Any], jax.Array] | None = None
     """Turns the `rng_key` argument into a `jax.random` key inside the computation (default: it is one)."""
+    mutated: tuple[int, ...] = ()
+    """Inputs the graph overwrites; their new values follow the outputs (callers write them back)."""
+    _donating: Callable | None = None
+    donated_calls: int = 0
+    """How many calls reused the mutated inputs' buffers."""
 
     def __post_init__(self) -> None:
         shift = 1  # argument 0 of the jitted function is the RNG key
-        self._jitted = jax.jit(self._traced, static_argnums=tuple(p + shift for p in self.static_positions))
+        static = tuple(p + shift for p in self.static_positions)
+        self._jitted = jax.jit(self._traced, static_argnums=static)
+        if self.mutated:
+            self._donating = jax.jit(self._traced, static_argnums=static,
+                                     donate_argnums=tuple(p + shift for p in self.mutated))
 
     def _traced(self, rng_key: jax.Array | None, *inputs: Any) -> tuple:
         if rng_key is not None and self.key_from is not None:
@@ -166,15 +201,22 @@ class JaxGraph:
     def _signature(self, inputs: Sequence[Any]) -> tuple:
         return tuple((tuple(a.shape), str(a.dtype)) if _is_array(a) else ("static", a) for a in inputs)
 
-    def __call__(self, *inputs: Any, rng_key: jax.Array | None = None) -> tuple:
-        """Run the compiled graph on `inputs` (and a `jax.random` key when `uses_rng`)."""
+    def __call__(self, *inputs: Any, rng_key: jax.Array | None = None, donate: bool = False) -> tuple:
+        """Run the compiled graph on `inputs` (and a `jax.random` key when `uses_rng`).
+
+        `donate`: the buffers of the mutated inputs may be reused for the results (the caller guarantees
+        nothing else reads them afterwards)."""
         sig = self._signature(inputs) if (self.static_positions or not self.signatures or self._has_static_out) else None
         if sig is not None and sig not in self.signatures:
             if self.signatures:
                 events.record("recompile", f"{self.name}: new input signature")
             events.record("compile", self.name)
             self.signatures[sig] = sig
-        outs = self._jitted(rng_key, *inputs)
+        if donate and self._donating is not None:
+            self.donated_calls += 1
+            outs = self._donating(rng_key, *inputs)
+        else:
+            outs = self._jitted(rng_key, *inputs)
         if self._has_static_out:
             for i, v in self._static_out[sig].items():
                 outs = outs[:i] + (v,) + outs[i + 1 :]
@@ -196,7 +238,7 @@ def jaxify(
     tensor constants (get_attr); by default CPU tensors go through numpy and `tpu` tensors through the backend.
     """
     table = default_table() if table is None else table
-    missing = missing_lowerings(gm, table)
+    missing = missing_lowerings(gm, table, input_mutations=True)
     if missing:
         raise MissingLoweringError(missing, name)
     conv = to_jax or default_to_jax
@@ -217,7 +259,8 @@ def jaxify(
         for n in gm.graph.nodes
         if n.op == "call_function" and n.target in table
     )
-    return JaxGraph(name=name, fn=interpret(gm, table, constants), uses_rng=uses_rng, static_positions=static)
+    return JaxGraph(name=name, fn=interpret(gm, table, constants, input_mutations=True), uses_rng=uses_rng,
+                    static_positions=static, mutated=tuple(mutated_inputs(gm)))
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
