@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if ns.timeout:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        observer.__exit__(None, None, None)
+        try:
+            observer.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - the script left its own mode on the stack; the record matters more
+            record["note"] = "the script left a TorchFunctionMode active"
         steps.remove()
         jaxwatch.remove()
         call_sites.remove()
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     record.update(dynamo.collect(frames, call_sites.sites))
     record.update(_events_record(boundaries, steps.steps))
     with open(ns.record, "w") as f:
-        json.dump(record, f)
+        json.dump(record, f, default=str)  # default=str: a stray non-JSON value must not lose the record
     return 0
 
 
