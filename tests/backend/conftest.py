@@ -46,20 +46,30 @@ def tpu_device() -> str:
     return name
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001 - pytest hook
-    """Print `OpInfo sweep: P passed, F failed, S skipped` with failures by cause, and write the JSON report."""
-    results = _opinfo.RESULTS
-    if not results:
-        return
-    terminalreporter.section("OpInfo sweep")
-    for line in _opinfo.summary_lines(results):
-        terminalreporter.write_line(line)
+def _write_report(finished: bool) -> Path:
     path = Path(os.environ.get("TPUTOOL_OPINFO_REPORT", "build/opinfo.json"))
     meta = {
         "device": os.environ.get("TPUTOOL_OPINFO_DEVICE", "tpu"),
         "eager_mode": os.environ.get("TPUTOOL_OPINFO_EAGER_MODE", "default"),
         "max_samples_per_op": int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12")),
         "wall_seconds": round(time.time() - _START, 1),
+        "finished": finished,
     }
-    _opinfo.write_report(results, path, meta)
-    terminalreporter.write_line(f"report: {path}")
+    _opinfo.write_report(_opinfo.RESULTS, path, meta)
+    return path
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:  # noqa: ANN001 - pytest hook
+    """Rewrite the JSON report every 20 ops, so a sweep cut short still leaves its results."""
+    if _opinfo.RESULTS and len(_opinfo.RESULTS) % 20 == 0 and item.originalname == "test_opinfo":
+        _write_report(finished=False)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001 - pytest hook
+    """Print `OpInfo sweep: P passed, F failed, S skipped` with failures by cause, and write the JSON report."""
+    if not _opinfo.RESULTS:
+        return
+    terminalreporter.section("OpInfo sweep")
+    for line in _opinfo.summary_lines(_opinfo.RESULTS):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"report: {_write_report(finished=True)}")
