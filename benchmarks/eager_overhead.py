@@ -4,7 +4,8 @@ For each op and size: warm up, then time `--iters` calls one by one, each waited
 for tpu, block_until_ready for JAX), and report the median. The ratio tpu/jax is the backend's overhead
 over calling JAX yourself (target: within 2x).
 
-    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--sizes 64,512] [--mode DEFER_NEVER] [--json out.json]
+    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--sizes 64,512] [--mode DEFER_NEVER] [--torch-threads 1]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -81,14 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="64,512")
     p.add_argument("--mode", default="DEFER_NEVER", help="torch.tpu.EagerMode member to measure")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch.set_num_threads for the CPU column (1 avoids oversubscription on a busy machine)")
     args = p.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     if not hasattr(torch, "tpu"):
         print("error: no tpu device (the bundled backend did not load)", file=sys.stderr)
         return 1
     torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, args.mode))
     rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup)
     print(f"eager mode {args.mode}, jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
-          f"median of {args.iters} waited calls (us)")
+          f"torch threads {torch.get_num_threads()}, median of {args.iters} waited calls (us)")
     print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
     for r in rows:
         print(f"{r['op']:<9}{r['size']:>9}{r['cpu_us']:>11.1f}{r['jax_us']:>10.1f}{r['tpu_us']:>10.1f}"
