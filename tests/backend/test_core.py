@@ -179,21 +179,24 @@ def test_random_distributions():
 def test_fallback_warns_once_counts_and_can_be_forbidden(monkeypatch):
     from tputool.backend import fallback
 
-    fallback._warned.discard("aten.nonzero.default")
+    op = "aten._unique2.default"  # data-dependent output: no tpu lowering
+    fallback._warned.discard(op)
     events.reset()
-    x = torch.tensor([0.0, 1.0, 2.0], device=T)
+    x = torch.tensor([3.0, 1.0, 3.0, 2.0], device=T)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        r1 = torch.nonzero(x)
-        r2 = torch.nonzero(x)
-    msgs = [str(m.message) for m in w if "nonzero" in str(m.message)]
-    assert len(msgs) == 1 and "runs on CPU" in msgs[0]
-    assert w[0].filename == __file__
-    assert events.counts[("fallback", "aten.nonzero.default")] == 2
-    assert r1.device.type == T and r2.cpu().tolist() == [[1], [2]]
+        r1 = torch.unique(x)
+        r2, counts = torch.unique(x, return_counts=True)
+    msgs = [m for m in w if op in str(m.message)]
+    assert len(msgs) == 1 and "runs on CPU" in str(msgs[0].message)
+    assert msgs[0].filename == __file__
+    assert events.counts[("fallback", op)] == 2
+    assert r1.device.type == T and r2.cpu().tolist() == [1.0, 2.0, 3.0] and counts.cpu().tolist() == [1, 1, 2]
+    v, i = torch.kthvalue(x, 2)  # out= tensors written back through the fallback
+    assert v.item() == 2.0 and i.item() == 3
     monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
-    with pytest.raises(NotImplementedError, match="aten.nonzero.default"):
-        torch.nonzero(x)
+    with pytest.raises(NotImplementedError, match=op):
+        torch.unique(x)
 
 
 def test_events_recorded_for_sync_transfer_and_compile():

@@ -6,7 +6,8 @@ records a "compile" event whenever that added an executable. Fused mode (tputool
 its fused computations here too, under keys of its own, so all modes share one cache.
 
 API: `get(key)`, `put(key, fn)`, `jitted(key, make, static_argnums=())`, `call(fn, name, *args)`,
-`stats()`, `clear()`.
+`record_compile(name)`, `stats()`, `clear()`. Eager dispatch also keeps each op's functions in a
+per-op dict (a faster lookup); `clear()` empties the shared table, not those.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def call(fn: Callable, name: str, *args):
     if fn._cache_size() != n:
         events.record("compile", name)
     return out
+
+
+def record_compile(name: str) -> None:
+    """Record that a cached function compiled a new executable (for callers that inline `call`)."""
+    events.record("compile", name)
 
 
 def stats() -> dict[str, int]:

@@ -52,6 +52,10 @@ def _arg_kind(a: torch._C.Argument) -> str:
     return ST
 
 
+_NUMBER = (int, float, bool, complex)
+_SIMPLE = {int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout}
+
+
 def _hashable(v):
     if isinstance(v, list | tuple):
         return tuple(_hashable(x) for x in v)
@@ -127,43 +131,53 @@ class LoweredOp:
         self.fdefaults = fsig.defaults
         self.single = len(fsig.returns) == 1 and fsig.returns[0] == "Tensor"
         self.dyn_scalars = not low.static_scalars
+        self._fns: dict = {}
 
-    def _prepare(self, vals: list) -> tuple[list, list, list]:
-        """(key parts, dynamic values, template) for the functional arguments.
+    def _prepare(self, vals: list) -> tuple[tuple, list]:
+        """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
 
-        Template entries: 0 = a dynamic tensor, 2 = a dynamic scalar, ("L", mask) = a tensor list
-        (mask: which entries are tensors), ("s", value) = a static value.
+        Key entries: 0 = a dynamic tensor, (2, type) = a dynamic scalar, ("L", mask) = a tensor list
+        (mask: which entries are tensors), ("s", value, type) = a static value.
         """
         key = []
         dyn = []
-        template = []
+        fk, fd, dyn_sc = self.fkinds, self.fdefaults, self.dyn_scalars
         for j, p in enumerate(self.fpos):
             v = vals[p]
-            k = self.fkinds[j]
-            if (k is T or k is OT) and type(v) in (int, float, bool, complex):
-                # A wrapped number (Python scalar passed where the schema says Tensor).
-                dyn.append(v)
-                key.append((2, type(v)))
-                template.append(2)
-            elif k is T or (k is OT and v is not None):
-                dyn.append(tensor_value(v))
-                key.append(0)
-                template.append(0)
+            k = fk[j]
+            tv = type(v)
+            if k is T or (k is OT and v is not None):
+                if tv in _NUMBER:  # a wrapped number: Python scalar where the schema says Tensor
+                    dyn.append(v)
+                    key.append((2, tv))
+                else:
+                    dyn.append(tensor_value(v))
+                    key.append(0)
             elif (k is TL or k is OTL) and v is not None:
                 mask = tuple(x is not None for x in v)
                 for x in v:
                     if x is not None:
                         dyn.append(tensor_value(x))
                 key.append(("L", mask))
-                template.append(("L", mask))
-            elif k is SC and self.dyn_scalars and v is not None and type(v) is not bool and v != self.fdefaults[j]:
+            elif k is SC and dyn_sc and v is not None and tv is not bool and v != fd[j]:
                 dyn.append(v)
-                key.append((2, type(v)))
-                template.append(2)
+                key.append((2, tv))
             else:
-                key.append(("s", _hashable(v), type(v)))
-                template.append(("s", v))
-        return key, dyn, template
+                key.append(("s", v if tv in _SIMPLE else _hashable(v), tv))
+        return tuple(key), dyn
+
+    def _template(self, key: tuple, vals: list) -> list:
+        """The kernel's argument template for `key`: 0/2 dynamic, ("L", mask), ("s", value)."""
+        out = []
+        for j, (e, p) in enumerate(zip(key, self.fpos, strict=True)):
+            if e == 0 or (type(e) is tuple and e[0] == 2):
+                out.append(0)
+            elif e[0] == "L":
+                out.append(e)
+            else:
+                out.append(("s", vals[p]))
+            del j
+        return out
 
     def _build(self, template: list, post: Callable | None):
         low, fnames, fkw = self.low, self.fnames, self.fkw
@@ -173,7 +187,7 @@ class LoweredOp:
             pos, kw = [], {}
             rng_key = rng.key_from_words(next(it)) if low.needs_rng else None
             for j, t in enumerate(template):
-                if t == 0 or t == 2:
+                if t == 0:
                     v = next(it)
                 elif t[0] == "L":
                     v = [next(it) if m else None for m in t[1]]
@@ -192,14 +206,17 @@ class LoweredOp:
 
     def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None):
         """Run the jitted kernel; raises Unsupported when the lowering refuses these arguments."""
-        key, dyn, template = self._prepare(vals)
+        key, dyn = self._prepare(vals)
         if self.low.needs_rng:
             dyn.insert(0, rng.next_words())
-        k = (self.op, tuple(key), extra_key)
-        fn = cache.get(k)
+        k = (key, extra_key) if extra_key else key
+        fn = self._fns.get(k)
         if fn is None:
-            fn = cache.put(k, jax.jit(self._build(template, post)))
-        out = cache.call(fn, self.name, *dyn)
+            fn = self._fns[k] = cache.put((self.op, k), jax.jit(self._build(self._template(key, vals), post)))
+        n = fn._cache_size()
+        out = fn(*dyn)
+        if fn._cache_size() != n:
+            cache.record_compile(self.name)
         if modes.blocking:
             jax.block_until_ready(out)
         return out

@@ -46,6 +46,8 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     def to_cpu(x):
         if _is_tpu(x):
             c = tt.to_cpu(x, "fallback")
+            if id(x) in written:  # the CPU kernel may resize it: needs torch-owned storage
+                c = c.clone()
             copies[id(c)] = x
             return c
         if isinstance(x, torch.device) and x.type == "tpu":
