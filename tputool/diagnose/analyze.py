@@ -262,7 +262,10 @@ def _late_compiles(rec: dict, steps: int) -> list[Finding]:
     groups: dict[tuple[str, int], dict[str, int]] = {}
     for e in rec.get("events", []):
         if e["kind"] == "compile" and e.get("late"):
-            g = groups.setdefault((e["file"], e["line"]), {})
+            # Generated code (FX graphs run eagerly: "<eval_with_key>.N") and the autograd thread
+            # ("<unknown>") have no line of the user's: one group for all of them.
+            where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+            g = groups.setdefault(where, {})
             g[e["detail"]] = g.get(e["detail"], 0) + e["late"]
     out = []
     for (file, line), by_name in groups.items():
@@ -350,15 +353,19 @@ def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
                         and "changing input shapes" in f.extra.get("classes", {})]
     if not shape_recompiles:
         return found
-    cause = f"{os.path.basename(shape_recompiles[0].file)}:{shape_recompiles[0].line}"
-    out = []
+    first = shape_recompiles[0]
+    eager: dict[str, int] = {}
     for f in found:
         if f.code == "TPU808":
-            eager = {k: v for k, v in f.extra.get("executables", {}).items() if not _GRAPH_EXECUTABLE.match(k)}
-            if not eager:
-                continue
-            f.severity = Severity.INFO
-            f.message += f" (the same changing shapes as the recompiles at {cause})"
-        out.append(f)
+            for k, v in f.extra.get("executables", {}).items():
+                if not _GRAPH_EXECUTABLE.match(k):
+                    eager[k] = eager.get(k, 0) + v
+    out = [f for f in found if f.code != "TPU808"]
+    if eager:
+        n = sum(eager.values())
+        top = ", ".join(f"{k} x{v}" for k, v in sorted(eager.items(), key=lambda kv: -kv[1])[:3])
+        out.append(_finding("TPU808", first.file, first.line, f"{n} XLA compiles of eager ops in the second half "
+                            f"of the run, from the same changing shapes: {top}", count=n,
+                            severity=Severity.INFO, executables=eager))
     return out
 
