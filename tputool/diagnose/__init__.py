@@ -44,4 +44,8 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
     findings = merge(findings_from_record(rec), static)
     return Report(rec.get("script", os.path.abspath(script)), rec["status"], int(rec.get("exit_code") or 0),
                   int(rec.get("steps") or 0), round(rec["wall_s"], 3), findings, rec.get("error"),
-                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note, step_s=steady_step_s(rec))
+                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note, step_s=_round(steady_step_s(rec)))
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
