@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import os
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,13 +105,18 @@ def bench_torch(spec, model, x, y, steps, warmup, device: str, compile_backend: 
     m = copy.deepcopy(model).to(device)
     xd, yd = x.to(device), y.to(device)
     fm = torch.compile(m, backend=compile_backend) if compile_backend else m
+
+    def loss_of(a, b):
+        return spec.loss_fn(m(a), b)
+
+    floss = torch.compile(loss_of, backend=compile_backend) if compile_backend else loss_of
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     opt_step = torch.compile(opt.step, backend=compile_backend) if (compile_backend and compile_opt) else opt.step
     sync = _sync_for(device)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = spec.loss_fn(fm(xd), yd)
+        loss = floss(xd, yd)  # model and loss in one graph, as in the JAX step
         loss.backward()
         opt_step()
         sync(loss)
@@ -185,7 +192,6 @@ def bench_torchax_here(config: str, batch: int, steps: int, warmup: int) -> tupl
 def bench_torchax(path: str | None, config: str, batch: int, steps: int, warmup: int) -> tuple[float, float]:
     """Run `bench_torchax_here` in a child process (torchax installs global torch hooks)."""
     import json
-    import os
 
     code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, steps=steps,
                                 warmup=warmup)
@@ -228,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             results[r] = runs[r]()
         except Exception as e:  # noqa: BLE001 - a row that cannot run is reported, not fatal
+            if os.environ.get("BENCH_DEBUG"):
+                traceback.print_exc()
             results[r] = f"n/a: {type(e).__name__}: {str(e).strip().splitlines()[0][:100] if str(e).strip() else ''}"
     print(f"llama {args.config} (dim {cfg.dim}, {cfg.n_layers} layers), batch {args.batch}x{cfg.max_seq_len}, "
           f"best of {ROUNDS} rounds' medians of {n} steps, after {w} warm-up")

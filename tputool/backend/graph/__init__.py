@@ -9,6 +9,6 @@ from __future__ import annotations
 
 def install() -> None:
     """Register the Dynamo backend "tpu", route default torch.compile on tpu inputs to it, enable the caches."""
-    from tputool.backend.graph.install import install as _install
+    from tputool.backend.graph.hooks import install as _install
 
     _install()

@@ -101,7 +101,7 @@ _aot_backend: Callable | None = None
 def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
     """The Dynamo backend "tpu": compile Dynamo's FX graph for the tpu device through AOTAutograd and JAX."""
     global _aot_backend
-    from tputool.backend.graph.install import watch_dynamo_events
+    from tputool.backend.graph.hooks import watch_dynamo_events
 
     watch_dynamo_events()
     if options:

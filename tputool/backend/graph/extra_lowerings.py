@@ -23,6 +23,12 @@ from tputool.backend.lowerings import LOWERINGS, Lowering
 aten = torch.ops.aten
 
 
+def _np_dtype(dtype: torch.dtype):
+    from tputool.backend.dtypes import to_np
+
+    return to_np(dtype)
+
+
 def _dim(d: int, n: int) -> int:
     return d + n if d < 0 else d
 
@@ -86,6 +92,9 @@ GRAPH_ONLY: dict = {
     aten.split.Tensor: _split,
     aten.unbind.int: lambda x, dim=0: tuple(jnp.moveaxis(x, _dim(dim, x.ndim), 0)),
     aten.lift_fresh_copy.default: lambda x: x,
+    aten._to_copy.default: lambda x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+    memory_format=None: x if dtype is None else x.astype(_np_dtype(dtype)),
+    aten.copy.default: lambda x, src, non_blocking=False: jnp.broadcast_to(src.astype(x.dtype), x.shape),
     aten.detach.default: lambda x: x,
 }
 """View ops as functional values (graph mode only); wrapped into `Lowering`s by `graph_table()`."""
