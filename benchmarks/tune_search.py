@@ -99,6 +99,18 @@ def main() -> int:
     print(f"Spearman(predicted, measured): all {len(ok)} = {rho_all:.2f}; the {len(result.measured)} run = "
           f"{'n/a' if rho_run is None else f'{rho_run:.2f}'}")
 
+    held_out = [r for r in result.rows if r.status == "pruned" and r.candidate.key in measured]
+    if len(held_out) >= 3:
+        rho_out = spearman([r.estimate.tokens_per_step / r.corrected_step_s for r in held_out],
+                           [tok[r.candidate.key] for r in held_out])
+        rho_prior_out = spearman([r.estimate.tokens_per_s for r in held_out], [tok[r.candidate.key] for r in held_out])
+        print(f"on the {len(held_out)} candidates the tuner did NOT run: Spearman roofline = {rho_prior_out:.2f}, "
+              f"roofline corrected by the {len(result.measured)} measurements = {rho_out:.2f}")
+    plain = tune_measured(rm.dims, hw, space, lambda c: measured[c.key], args.fraction, rm.param_shapes,
+                          refine=False)
+    print(f"without measurement corrections (roofline top third only): choice {plain.winner.candidate.key} = "
+          f"{100 * tok[plain.winner.candidate.key] / tok[best.candidate.key]:.1f}% of best")
+
     xla = [(r.estimate.memory.total, measured[r.candidate.key].temp_bytes + measured[r.candidate.key].argument_bytes)
            for r in ok]
     print(f"Spearman(predicted memory, XLA memory_analysis) = {spearman([a for a, _ in xla], [b for _, b in xla]):.2f}"

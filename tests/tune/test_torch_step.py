@@ -97,13 +97,29 @@ def test_remat_recomputes_and_chunking_cuts_compiled_memory():
     assert temp["chunked"] < 0.8 * temp["none"]
 
 
+def test_measure_one_candidate_in_process():
+    """Compile, run and profile one real candidate on one device; the numbers come from the trace."""
+    import jax
+
+    from tputool.tune.candidate import Candidate
+    from tputool.tune.measure import measure
+    from tputool.tune.step import build_step
+
+    spec = MODELS["llama"]
+    cfg = spec.config()
+    m = measure(build_step(spec, cfg, Candidate(batch=2), devices=jax.devices()[:1]), spec, cfg, steps=2)
+    assert 0 < m.step_s <= m.step_median_s
+    assert m.compute_s > 0 and m.collective_s == 0 and m.compile_s > 0
+    assert m.hlo_flops and m.temp_bytes > 0 and np.isfinite(m.loss)
+
+
 MEASURED = textwrap.dedent("""
     import json, os, sys, tempfile
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     from typer.testing import CliRunner
     from tputool.cli import app
     out = os.path.join(sys.argv[1], "tputool-tune.yaml")
-    args = ["tune", "--cpu-devices", "8", "--model", "llama", "--batch", "1,2", "--remat", "none,full",
+    args = ["tune", "--cpu-devices", "8", "--model", "llama", "--batch", "1", "--remat", "none,full",
             "--attention", "plain", "--precision", "bf16", "--mesh", "d8f1t1,d2f4t1,d4f1t2", "--steps", "2",
             "--hbm-gb", sys.argv[2], "--out", out]
     r = CliRunner().invoke(app, args)
@@ -115,13 +131,14 @@ MEASURED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_measured_tune_then_profile_on_8_simulated_devices(tmp_path):
-    """End to end in a fresh process: measured search, YAML, then profiling the winner's step."""
+    """End to end in a fresh process: measured search, YAML, then profiling the winner's step (~1 min)."""
     import yaml
 
     # 1.2 MB per device: the tiny llama's larger-batch, no-remat candidates do not fit
     proc = subprocess.run([sys.executable, "-c", MEASURED, str(tmp_path), "0.0012"], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     doc = yaml.safe_load((tmp_path / "tputool-tune.yaml").read_text())

@@ -65,12 +65,24 @@ def _layer_path(node: torch.fx.Node, containers: list[str]) -> str | None:
     return None
 
 
+def _host_values(t: torch.Tensor, materialize: bool) -> np.ndarray:
+    if not materialize:  # shapes only: a zero-strided view costs no memory
+        return np.broadcast_to(np.zeros((), np.float32 if t.is_floating_point() else np.int64), tuple(t.shape))
+    return t.detach().float().numpy().copy() if t.is_floating_point() else t.detach().numpy().copy()
+
+
 def export_loss(spec: ModelSpec, config: Any, batch_size: int, precision: str = "fp32",
-                seed: int = 0) -> ExportedLoss:
-    """Build `spec` (seeded), cast it to the compute dtype, and export its loss on an example batch."""
+                seed: int = 0, materialize: bool = True) -> ExportedLoss:
+    """Build `spec` (seeded), cast it to the compute dtype, and export its loss on an example batch.
+
+    With `materialize=False` the model is built on the meta device (nothing allocated, any size): the
+    result is good for compiling (shapes), not for running; buffers are zeros.
+    """
     torch.manual_seed(seed)
-    model = spec.build(config)
-    master = {n: p.detach().float().numpy().copy() for n, p in model.named_parameters()}
+    device = "cpu" if materialize else "meta"
+    with torch.device(device):
+        model = spec.build(config)
+    master = {n: _host_values(p, materialize) for n, p in model.named_parameters()}
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model = model.to(dtype)
     gen = torch.Generator().manual_seed(seed)
@@ -79,6 +91,7 @@ def export_loss(spec: ModelSpec, config: Any, batch_size: int, precision: str = 
         inputs = inputs.to(dtype)
     if targets.is_floating_point():
         targets = targets.to(dtype)
+    inputs, targets = inputs.to(device), targets.to(device)
     wrapper = _LossModule(model, spec.loss_fn)
     try:
         ep = torch.export.export(wrapper, (inputs, targets))
@@ -95,7 +108,7 @@ def export_loss(spec: ModelSpec, config: Any, batch_size: int, precision: str = 
     for n, p in model.named_parameters(remove_duplicate=False):
         canonical.setdefault(id(p), n)
     alias = {n: canonical[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
-    buffers = {n: b.detach().float().numpy().copy() if b.is_floating_point() else b.detach().numpy().copy()
+    buffers = {n: _host_values(b, True) if materialize else np.zeros(tuple(b.shape), np.float32)
                for n, b in model.named_buffers()}
     sources: list[tuple[str, Any]] = []
     user_index = 0

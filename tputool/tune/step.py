@@ -71,11 +71,12 @@ class BuiltStep:
 _EXPORTS: dict[tuple, ExportedLoss] = {}
 
 
-def exported_for(spec: ModelSpec, config: Any, global_batch: int, precision: str) -> ExportedLoss:
-    """Export (cached per model, batch and precision)."""
-    key = (spec.name, repr(config), global_batch, precision)
+def exported_for(spec: ModelSpec, config: Any, global_batch: int, precision: str,
+                 materialize: bool = True) -> ExportedLoss:
+    """Export (cached per model, batch, precision and whether weights are real)."""
+    key = (spec.name, repr(config), global_batch, precision, materialize)
     if key not in _EXPORTS:
-        _EXPORTS[key] = export_loss(spec, config, global_batch, precision)
+        _EXPORTS[key] = export_loss(spec, config, global_batch, precision, materialize=materialize)
     return _EXPORTS[key]
 
 
@@ -109,14 +110,19 @@ def _adamw(params: dict, grads: dict, m: dict, v: dict, t):
     return new_p, new_m, new_v, t
 
 
-def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None = None) -> BuiltStep:
-    """The sharded training step of `spec` under candidate `c` (not yet compiled)."""
+def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None = None,
+               materialize: bool = True) -> BuiltStep:
+    """The sharded training step of `spec` under candidate `c` (not yet compiled).
+
+    `materialize=False` exports on the meta device: enough to lower and compile (e.g. for compile-only
+    TPU devices) for a model of any size, not to run.
+    """
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    exp = exported_for(spec, config, c.global_batch, c.precision)
+    exp = exported_for(spec, config, c.global_batch, c.precision, materialize)
     mesh = make_mesh(c, devices)
     shapes = {k: tuple(v.shape) for k, v in exp.params.items()}
     plan = partition_specs(shapes, c.mesh)

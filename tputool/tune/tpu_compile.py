@@ -41,7 +41,7 @@ def compile_checker(rm, hw: Hardware) -> Callable[[Candidate], float]:
     devices = topology_devices(hw.slice.topology_name)
 
     def check(c: Candidate) -> float:
-        built = build_step(rm.spec, rm.config, c, devices=devices)
+        built = build_step(rm.spec, rm.config, c, devices=devices, materialize=False)
         return compiled_bytes(built.lower().compile())
 
     return check
