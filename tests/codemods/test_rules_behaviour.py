@@ -172,3 +172,57 @@ def test_float64_is_never_downcast() -> None:
     out, findings = port(src, unsafe_fixes=True)
     assert out == src
     assert {f.code for f in findings} == {"TPU307"} and not any(f.fixed for f in findings)
+
+
+def test_shadowed_import_uses_scope_analysis() -> None:
+    src = """
+    import torch
+    from torch import cuda
+    def f(cuda):
+        cuda.synchronize()
+    cuda.synchronize()
+    """
+    out, findings = port(src)
+    assert "    cuda.synchronize()\n" in out and "\ntorch.tpu.synchronize()\n" in out
+    assert [(f.line, f.code) for f in findings] == [(5, "TPU201")]
+
+
+def test_import_index() -> None:
+    from tputool.codemods.python.names import build_index, resolve
+
+    idx = build_index("import torch as th\nimport torch.nn.functional as F\nfrom torch.cuda.amp import autocast as ac\n"
+                      "import os.path\n")
+    assert idx.exact
+    assert resolve(idx, "th.cuda.x") == "torch.cuda.x"
+    assert resolve(idx, "F.relu") == "torch.nn.functional.relu"
+    assert resolve(idx, "ac") == "torch.cuda.amp.autocast"
+    assert resolve(idx, "os.path.join") == "os.path.join"
+    assert resolve(idx, "model.cuda") is None
+    assert not build_index("import torch\ntorch = 3\n").exact
+    assert not build_index("from torch.cuda import *\n").exact
+    assert not build_index("try:\n    import a as m\nexcept ImportError:\n    import b as m\n").exact
+
+
+def test_fixtures_agree_under_scope_analysis(monkeypatch) -> None:
+    """Every fixture ports the same when names are resolved by libcst scope analysis instead of the index."""
+    from tests.codemods.rules_fixtures import load_fixtures
+    from tputool.codemods.python import names
+
+    fixtures = load_fixtures()
+    fast = [port_python(fx.source, "f.py", Settings()) for fx in fixtures]
+    real = names.build_index
+    monkeypatch.setattr(names, "build_index", lambda s, r: names.ImportIndex(real(s, r).targets, exact=False))
+    for fx, (out, findings) in zip(fixtures, fast, strict=True):
+        out2, findings2 = port_python(fx.source, "f.py", Settings())
+        assert out2 == out, fx.name
+        assert [(f.line, f.code, f.fixed) for f in findings2] == [(f.line, f.code, f.fixed) for f in findings]
+
+
+def test_shadowing_other_packages_keeps_the_fast_index() -> None:
+    from tputool.codemods.python.names import build_index
+    from tputool.codemods.python.tables import RELEVANT_ROOTS
+
+    src = "try:\n    import numpy as np\nexcept ImportError:\n    np = None\nimport torch\n"
+    assert build_index(src, RELEVANT_ROOTS).exact
+    assert not build_index(src.replace("numpy", "torch.nn"), RELEVANT_ROOTS).exact
+    assert not build_index("import torch\ndef f(torch):\n    pass\n", RELEVANT_ROOTS).exact

@@ -33,12 +33,16 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     The source comes back identical when nothing changes. Raises libcst.ParserSyntaxError on input
     libcst cannot parse; never raises on valid Python.
     """
-    from tputool.codemods.python.transformer import PortTransformer
+    from tputool.codemods.python.names import build_index
+    from tputool.codemods.python.tables import RELEVANT_ROOTS
+    from tputool.codemods.python.transformer import PortTransformer, ScopedPortTransformer
 
     module = cst.parse_module(source)
+    index = build_index(source, RELEVANT_ROOTS)
     context = CodemodContext(filename=path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    transformer = PortTransformer(context, source, path, settings, module)
+    cls = PortTransformer if index.exact else ScopedPortTransformer
+    transformer = cls(context, source, path, settings, wrapper, index)
     new_module = wrapper.visit(transformer)
     transformer.finish()
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.col, f.code))

@@ -6,9 +6,10 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
+from tputool.codemods.python.names import ImportIndex, resolve
 from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.codemods.rules_table import RULES
 
@@ -18,18 +19,20 @@ _EMPTY = cst.Module(body=[])
 class PortBase(cst.CSTTransformer):
     """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
-
     def __init__(self, context: CodemodContext, source: str, path: str, settings: Settings,
-                 module: cst.Module) -> None:
+                 wrapper: MetadataWrapper, index: ImportIndex) -> None:
         super().__init__()
         self.context = context
+        self.wrapper = wrapper
+        self.index = index
+        self._positions = None  # PositionProvider data, computed on the first finding
+        self._has_suppressions = "tputool" in source
         self.path = path
         self.settings = settings
         self.lines = source.splitlines()
         self.findings: list[Finding] = []
         self._decided: dict[tuple[str, int, int], bool] = {}
-        self.torch_alias, self.bindings = _scan_imports(module)
+        self.torch_alias, self.bindings = _scan_imports(wrapper.module)
         self.need_torch_import = False
         self._parents: dict[cst.CSTNode, cst.CSTNode] = {}  # original node -> original parent
         self._stack: list[cst.CSTNode] = []
@@ -37,7 +40,14 @@ class PortBase(cst.CSTTransformer):
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:
-        """The fully qualified name an (original) Name/Attribute/Call-func refers to, if it comes from an import."""
+        """The fully qualified name an original pure dotted name (`a.b.c`) refers to through an import."""
+        if not isinstance(node, cst.Name | cst.Attribute) or not _is_dotted(node):
+            return None
+        full = get_full_name_for_node(node)
+        if full is None:
+            return None
+        if self.index.exact:
+            return resolve(self.index, full)
         try:
             names = self.get_metadata(QualifiedNameProvider, node, set())
         except KeyError:
@@ -45,8 +55,7 @@ class PortBase(cst.CSTTransformer):
         for q in sorted(names, key=lambda q: q.name):
             if q.source is QualifiedNameSource.IMPORT:
                 return q.name
-        full = get_full_name_for_node(node) if isinstance(node, cst.Name | cst.Attribute) else None
-        if full and full.split(".")[0] == "torch" and not names:
+        if full.split(".")[0] == "torch" and not names:
             return full  # `torch` used without an import (snippets): still resolve
         return None
 
@@ -90,11 +99,10 @@ class PortBase(cst.CSTTransformer):
 
     def pos(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, column) of an original node."""
-        try:
-            p = self.get_metadata(PositionProvider, node).start
-            return p.line, p.column + 1
-        except KeyError:
-            return 1, 1
+        if self._positions is None:
+            self._positions = self.wrapper.resolve(PositionProvider)
+        p = self._positions.get(node)
+        return (p.start.line, p.start.column + 1) if p is not None else (1, 1)
 
     def statement_line(self, node: cst.CSTNode) -> int:
         """First line of the statement that holds an original node."""
@@ -118,7 +126,7 @@ class PortBase(cst.CSTTransformer):
         key = (code, line, col)
         if key in self._decided:
             return self._decided[key]
-        for ln in {line, self.statement_line(node)}:
+        for ln in {line, self.statement_line(node)} if self._has_suppressions else ():
             text = self.lines[ln - 1] if 0 < ln <= len(self.lines) else ""
             if is_suppressed(code, suppressed_codes(text)):
                 self._decided[key] = False
@@ -168,6 +176,12 @@ class PortBase(cst.CSTTransformer):
         """Schedule the `import torch` that rewrites need."""
         if self.need_torch_import:
             AddImportsVisitor.add_needed_import(self.context, "torch")
+
+
+def _is_dotted(node: cst.BaseExpression) -> bool:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _scan_imports(module: cst.Module) -> tuple[str | None, dict[str, tuple[str, str | None, str | None]]]:

@@ -256,3 +256,7 @@ CUDA_ENV_EXACT = frozenset({"CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS
                             "CUBLAS_WORKSPACE_CONFIG"})
 CUDA_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 GPU_MODEL_RE = re.compile(r"\b(A100|H100|H200|B200|V100|A10G?|A6000|L4|L40S?|T4|RTX\s?\d+)\b")
+
+# Packages whose names rules rewrite: only shadowing one of these needs scope analysis to stay exact (a
+# mis-resolved name of another package could at worst misplace a finding, never a rewrite).
+RELEVANT_ROOTS = frozenset({"torch", "apex"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import QualifiedNameProvider
 
 from tputool.codemods.python import amp, api, device, dist, perf
 from tputool.codemods.python.context import PortBase
@@ -35,8 +36,12 @@ CALL_HANDLERS = (
 )
 
 
-class PortTransformer(PortBase):
-    """Rewrites CUDA-specific code for TPU and records findings (see tputool/codemods/rules_table.py)."""
+class _Rules(PortBase):
+    """Rewrites CUDA-specific code for TPU and records findings (see tputool/codemods/rules_table.py).
+
+    Never instantiated itself: libcst caches metadata dependencies per class and a subclass would inherit
+    its parent's cache, so the two concrete transformers below are siblings.
+    """
 
     def visit_Import(self, node: cst.Import) -> bool:
         import_findings(self, node)
@@ -153,3 +158,15 @@ class PortTransformer(PortBase):
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):
         return api.with_unwrap(self, original_node, updated_node)
+
+
+class PortTransformer(_Rules):
+    """The rules, resolving names from the file's import index (no scope analysis needed)."""
+
+    METADATA_DEPENDENCIES = ()
+
+
+class ScopedPortTransformer(_Rules):
+    """The same rules, resolving names with libcst scope analysis (files where imports are shadowed)."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)

@@ -1,0 +1,96 @@
+"""Fast qualified-name resolution from a file's imports, with a flag for when it is not enough.
+
+libcst's QualifiedNameProvider runs full scope analysis (most of the cost of porting a file). When no
+imported name is also bound some other way in the file (and no star import hides what a name means), a name's
+qualified name is simply its root's import target plus the rest of the dotted path, so the rewriter resolves
+names from this index; otherwise port_python falls back to QualifiedNameProvider for that file.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+
+@dataclass
+class ImportIndex:
+    """Bound name -> qualified target of every import in a file; `exact` when that is unambiguous."""
+
+    targets: dict[str, str]
+    exact: bool
+
+
+def build_index(source: str, relevant: frozenset[str] = frozenset()) -> ImportIndex:
+    """Index the imports of `source` (valid Python); `exact` is False when scope analysis is needed.
+
+    Only names whose import target's top-level package is in `relevant` (empty: every package) can make
+    the index inexact: shadowing `np` does not matter to rules that only look at torch names.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # libcst accepted it (e.g. a newer grammar): be exact the slow way
+        return ImportIndex({}, exact=False)
+    targets: dict[str, str] = {}
+    bound: set[str] = set()
+    conflicts: set[str] = set()
+    exact = True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    _bind(targets, conflicts, a.asname, a.name)
+                else:
+                    root = a.name.split(".")[0]
+                    _bind(targets, conflicts, root, root)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or node.module is None:
+                for a in node.names:
+                    bound.add(a.asname or a.name)  # relative import: a local module, not a library
+                continue
+            for a in node.names:
+                if a.name == "*":
+                    exact &= not _matters(node.module, relevant)
+                    continue
+                _bind(targets, conflicts, a.asname or a.name, f"{node.module}.{a.name}")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound.update(node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    if "torch" in bound or any(_matters(targets[n], relevant) for n in bound & targets.keys()):
+        exact = False
+    return ImportIndex(targets, exact and not (conflicts & relevant_names(targets, relevant)))
+
+
+def _matters(target: str, relevant: frozenset[str]) -> bool:
+    return not relevant or target.split(".")[0] in relevant
+
+
+def relevant_names(targets: dict[str, str], relevant: frozenset[str]) -> set[str]:
+    """Bound names whose import target is in a relevant package."""
+    return {n for n, t in targets.items() if _matters(t, relevant)}
+
+
+def _bind(targets: dict[str, str], conflicts: set[str], name: str, target: str) -> None:
+    """Record an import binding (the first one wins); a name imported with two meanings goes to `conflicts`."""
+    old = targets.setdefault(name, target)
+    if old != target:
+        conflicts.add(name)
+
+
+def resolve(index: ImportIndex, dotted: str) -> str | None:
+    """The qualified name of a dotted name under an exact index (None when its root is not imported)."""
+    root, _, rest = dotted.partition(".")
+    target = index.targets.get(root)
+    if target is None:
+        return dotted if root == "torch" else None  # `torch` used without an import (snippets)
+    return f"{target}.{rest}" if rest else target
