@@ -251,3 +251,33 @@ def test_tied_parameters_stay_tied_after_to_tpu():
     m = torch.nn.ModuleDict({"emb": emb, "head": head}).to(T)
     assert m["head"].weight is m["emb"].weight and m["emb"].weight.device.type == T
     assert len(list(m.parameters())) == 1
+
+
+def test_save_load_and_deepcopy():
+    import io
+
+    x = torch.arange(6.0).reshape(2, 3)
+    buf = io.BytesIO()
+    torch.save({"x": x.to(T), "row": x.to(T)[1], "n": torch.arange(3).to(T)}, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert back["x"].device.type == T
+    same(back["x"], x)
+    same(back["row"], x[1])
+    buf.seek(0)
+    assert torch.load(buf, map_location="cpu")["n"].device.type == "cpu"
+    cpu_buf = io.BytesIO()
+    torch.save({"w": x, "h": x.bfloat16(), "b": x > 2}, cpu_buf)
+    cpu_buf.seek(0)
+    on_tpu = torch.load(cpu_buf, map_location="tpu")
+    for k, ref in {"w": x, "h": x.bfloat16(), "b": x > 2}.items():
+        assert on_tpu[k].dtype == ref.dtype
+        same(on_tpu[k], ref)
+    m = torch.nn.Linear(3, 2).to(T)
+    m2 = copy.deepcopy(m)
+    assert m2.weight.device.type == T and m2.weight is not m.weight
+    same(m2.weight.detach(), m.weight.detach().cpu())
+    t = x.to(T)
+    c = copy.deepcopy(t)
+    c.add_(1)
+    assert t[0, 0].item() == 0.0 and c[0, 0].item() == 1.0

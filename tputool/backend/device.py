@@ -53,9 +53,10 @@ def register() -> bool:
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
     _register_kernels()
-    from tputool.backend import module_ties
+    from tputool.backend import module_ties, serialization
 
     module_ties.install()
+    serialization.install()
     _registered = True
     return True
 

@@ -312,6 +312,10 @@ class OutOp(LoweredOp):
 INPLACE_FUNCTIONAL: dict[str, str] = {
     "aten::normal_": "aten::normal_functional",
 }
+INPLACE_OVERLOAD: dict[tuple[str, str], str] = {
+    ("aten::bernoulli_", "float"): "p",
+}
+"""In-place overloads whose functional twin has another overload name."""
 """In-place ops whose functional twin is not simply the name without '_'."""
 
 
@@ -333,7 +337,7 @@ def functional_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
         name = INPLACE_FUNCTIONAL.get(s.name, s.name[:-1] if s.name.endswith("_") else None)
         if name is None:
             return None
-        f = _overload(name, s.overload_name)
+        f = _overload(name, INPLACE_OVERLOAD.get((s.name, s.overload_name), s.overload_name))
         return f if f is not None and _same_args(f, op, inplace=True) else None
     keep = [(a.name, str(a.type)) for a in s.arguments if not (a.alias_info is not None and a.alias_info.is_write)]
     ns, name = s.name.split("::")

@@ -227,9 +227,17 @@ def view_dtype(self, dtype):
 
 @_kernel(aten.set_.source_Storage_storage_offset)
 def set_storage(self, source, storage_offset, size, stride=()):
+    want = dtypes.to_np(self.dtype)
     if not hasattr(source, "_tpu"):
         nbytes = source.nbytes()
-        source._tpu = tt.Uninit((nbytes // self.element_size(),), dtypes.to_np(self.dtype))
+        source._tpu = tt.Uninit((nbytes // self.element_size(),), want)
+    elif type(source._tpu) is not tt.Uninit and source._tpu.dtype != want and source._tpu.dtype == jax.numpy.uint8:
+        # raw bytes (a storage restored by torch.load(map_location="tpu")): reinterpret as this dtype
+        raw = source._tpu.reshape(-1)
+        k = want.itemsize
+        raw = raw[: raw.shape[0] // k * k]
+        source._tpu = (raw != 0) if want == jax.numpy.bool_ else jax.lax.bitcast_convert_type(
+            raw.reshape(-1, k) if k > 1 else raw, want)
     stride = stride or contiguous_strides(size)
     aten.set_.source_Storage_storage_offset.redispatch(_META_KS, self, source, storage_offset, size, stride)
     return self

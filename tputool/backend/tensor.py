@@ -129,6 +129,8 @@ def resize(t: torch.Tensor, size) -> None:
 def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None) -> jax.Array:
     """A JAX array with the values of CPU tensor `t`."""
     t = t.detach()
+    if t._is_zerotensor():
+        return jnp.zeros(tuple(t.shape), dtypes.to_np(t.dtype))
     if t.is_conj():
         t = t.resolve_conj()
     if t.is_neg():

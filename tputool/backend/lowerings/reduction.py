@@ -265,7 +265,7 @@ def log_softmax_backward(grad_output, output, dim, input_dtype):
     return r.astype(np_dtype(input_dtype))
 
 
-@lowering(aten.linalg_vector_norm.default)
+@lowering(aten.linalg_vector_norm.default, static_scalars=True)
 def vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     x = self if dtype is None else self.astype(np_dtype(dtype))
     out_dt = jnp.finfo(x.dtype).dtype if not jnp.iscomplexobj(x) else jnp.real(x).dtype
@@ -284,3 +284,30 @@ def vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A
     else:
         r = jnp.sum(xa ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord)
     return r.astype(out_dt)
+
+
+@lowering(aten.equal.default)
+def equal(self, other):
+    if self.shape != other.shape:
+        return jnp.asarray(False)
+    return jnp.all(self == other)
+
+
+@lowering(aten.median.default)
+def median_all(self):
+    flat = jnp.sort(self.reshape(-1))
+    return flat[(flat.shape[0] - 1) // 2]
+
+
+@lowering(aten.median.dim)
+def median_dim(self, dim, keepdim=False):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    d = dim % self.ndim
+    idx = jnp.argsort(self, axis=d, stable=True)
+    k = (self.shape[d] - 1) // 2
+    i = jax.lax.slice_in_dim(idx, k, k + 1, axis=d)
+    v = jnp.take_along_axis(self, i, axis=d)
+    if not keepdim:
+        v, i = jnp.squeeze(v, d), jnp.squeeze(i, d)
+    return v, i.astype(jnp.int64)

@@ -203,7 +203,9 @@ def masked_fill(self, mask, value):
 
 @lowering(aten.masked_scatter.default)
 def masked_scatter(self, mask, source):
-    m = jnp.broadcast_to(mask, self.shape).reshape(-1)
+    shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    self = jnp.broadcast_to(self, shape)
+    m = jnp.broadcast_to(mask, shape).reshape(-1)
     pos = jnp.cumsum(m) - 1
     src = source.reshape(-1)
     vals = src[jnp.clip(pos, 0, max(src.shape[0] - 1, 0))]
@@ -232,7 +234,10 @@ def reflection_pad(self, padding):
 def replication_pad(self, padding):
     n = len(padding) // 2
     widths = [(0, 0)] * (self.ndim - n) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
-    return jnp.pad(self, widths, mode="edge")
+    out = jnp.pad(self, [(max(a, 0), max(b, 0)) for a, b in widths], mode="edge")
+    crop = tuple(slice(-a if a < 0 else 0, out.shape[k] + b if b < 0 else out.shape[k])
+                 for k, (a, b) in enumerate(widths))
+    return out[crop]
 
 
 @lowering(aten.flip.default)
@@ -363,3 +368,38 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
                                                                   self.reshape(-1, self.shape[-1]))
         r = r.reshape(self.shape)
     return r.astype(jnp.int32 if out_int32 else jnp.int64)
+
+
+@lowering(aten.slice_scatter.default)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    d = dim % max(self.ndim, 1)
+    idx = [slice(None)] * self.ndim
+    idx[d] = slice(start, end, step)
+    return self.at[tuple(idx)].set(src.astype(self.dtype))
+
+
+@lowering(aten.select_scatter.default)
+def select_scatter(self, src, dim, index):
+    d = dim % max(self.ndim, 1)
+    idx = [slice(None)] * self.ndim
+    idx[d] = index
+    return self.at[tuple(idx)].set(src.astype(self.dtype))
+
+
+@lowering(aten.diagonal_scatter.default)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    d1, d2 = dim1 % self.ndim, dim2 % self.ndim
+    x = jnp.moveaxis(self, (d1, d2), (-2, -1))
+    n = src.shape[-1]
+    i = jnp.arange(n)
+    rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
+    x = x.at[..., rows, cols].set(src.astype(self.dtype))
+    return jnp.moveaxis(x, (-2, -1), (d1, d2))
+
+
+@lowering(aten.as_strided_scatter.default)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    from tputool.backend.views import strided_write
+
+    flat = strided_write(self.reshape(-1), src, tuple(size), tuple(stride), storage_offset or 0)
+    return flat.reshape(self.shape)
