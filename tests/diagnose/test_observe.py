@@ -111,3 +111,13 @@ def test_step_counter_stops_after_max_steps():
     finally:
         steps.remove()
     assert steps.steps == 2
+
+
+def test_syncs_under_set_default_device_stay_direct():
+    obs, _ = _observer()
+    x = torch.randn(3)
+    with obs, torch.device("cpu"):
+        line = _line() + 1
+        x.sum().item()
+    (s,) = obs.to_record()["host_syncs"]
+    assert (s["line"], s["direct"]) == (line, True)

@@ -74,10 +74,11 @@ DYNAMIC_SHAPE_CALLS: dict[Any, str] = {
     torch.unique: "unique", _T.unique: "unique", torch.masked_select: "masked_select",
     _T.masked_select: "masked_select", torch.unique_consecutive: "unique_consecutive",
 }
-# torch's own files between a user's call and the mode (Python-level Tensor methods, the override machinery).
+# torch's own files between a user's call and the mode (Python-level Tensor methods, the override machinery,
+# the mode behind torch.set_default_device).
 _TPUTOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _DISPATCH_FILES = (os.path.join("torch", "overrides.py"), os.path.join("torch", "_tensor.py"),
-                   os.path.join("torch", "_tensor_str.py"))
+                   os.path.join("torch", "_tensor_str.py"), os.path.join("torch", "utils", "_device.py"))
 _WATCHED_DTYPES = {torch.float64: "float64", torch.float16: "float16"}
 
 
