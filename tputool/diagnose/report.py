@@ -21,6 +21,7 @@ from tputool.diagnose.model import Finding, Report
 from tputool.diagnose.rules import BY_CODE
 
 SCHEMA = "tputool.diagnose/1"
+_HEADINGS = {Severity.ERROR: "ERRORS", Severity.WARNING: "WARNINGS", Severity.INFO: "NOTES"}
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
@@ -108,7 +109,7 @@ def render_text(report: Report, console: object) -> None:
         group = [f for f in findings if f.severity == sev]
         if not group:
             continue
-        c.print(f"\n[{_STYLE[sev]}]{str(sev).upper()}S ({len(group)})[/{_STYLE[sev]}]")
+        c.print(f"\n[{_STYLE[sev]}]{_HEADINGS[sev]} ({len(group)})[/{_STYLE[sev]}]")
         for f in group:
             rate = f" [dim]{f.per_step:g}/step[/dim]" if f.per_step is not None and f.count > 1 else ""
             where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
