@@ -74,3 +74,52 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
     if isinstance(beta, int | float) and beta == 0:
         return _scale(prod, alpha).astype(res)
     return (_scale(cast(self, res), beta) + _scale(prod, alpha)).astype(res)
+
+
+# ---- decompositions and solvers with a unique answer (SVD/eigh are left to the CPU: sign conventions) ----
+
+@lowering(aten.linalg_solve_triangular.default)
+def solve_triangular(self, B, *, upper, left=True, unitriangular=False):
+    import jax.scipy.linalg as jsl
+
+    if left:
+        return jsl.solve_triangular(self, B, lower=not upper, unit_diagonal=unitriangular)
+    # X A = B  <=>  A^T X^T = B^T
+    xt = jsl.solve_triangular(jnp.swapaxes(self, -1, -2), jnp.swapaxes(B, -1, -2), lower=upper,
+                              unit_diagonal=unitriangular)
+    return jnp.swapaxes(xt, -1, -2)
+
+
+@lowering(aten.linalg_inv_ex.default)
+def inv_ex(A, *, check_errors=False):
+    inv = jnp.linalg.inv(A)
+    info = jnp.where(jnp.all(jnp.isfinite(inv), axis=(-2, -1)), 0, 1).astype(jnp.int32)
+    return inv, info
+
+
+@lowering(aten.linalg_cholesky_ex.default)
+def cholesky_ex(self, *, upper=False, check_errors=False):
+    L = jnp.linalg.cholesky(self)
+    info = jnp.where(jnp.all(jnp.isfinite(L), axis=(-2, -1)), 0, 1).astype(jnp.int32)
+    L = jnp.where(jnp.isfinite(L), L, 0)
+    return (jnp.swapaxes(L, -1, -2).conj() if upper else L), info
+
+
+@lowering(aten.linalg_qr.default)
+def qr(A, mode="reduced"):
+    q, r = jnp.linalg.qr(A, mode="complete" if mode == "complete" else "reduced")
+    if mode == "r":
+        return jnp.zeros((0,), A.dtype), r
+    return q, r
+
+
+@lowering(aten._cdist_forward.default)
+def cdist(x1, x2, p, compute_mode):
+    diff = x1[..., :, None, :] - x2[..., None, :, :]
+    if p == 2:
+        return jnp.sqrt(jnp.sum(diff * diff, -1))
+    if p == 0:
+        return jnp.sum((diff != 0).astype(x1.dtype), -1)
+    if p == float("inf"):
+        return jnp.max(jnp.abs(diff), -1)
+    return jnp.sum(jnp.abs(diff) ** p, -1) ** (1.0 / p)
