@@ -5,7 +5,7 @@ CPU) twice side by side: `python script.py` and `python -m tputool diagnose scri
 REPEAT times each, interleaved (one intra-op thread each), and prints the median wall times and their ratio, plus the ratio of the
 training loops alone (the script times its own loop), which leaves out interpreter and torch start-up.
 
-    python benchmarks/diagnose_overhead.py [--steps 200] [--repeat 3]
+    python benchmarks/diagnose_overhead.py [--steps 200] [--repeat 3] [--cpu]
 """
 
 from __future__ import annotations
@@ -71,7 +71,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cpu", action="store_true", help="plain CPU torch (no tpu backend): the worst case, "
+                    "where each op is cheapest and the observer's per-op cost shows most")
     ns = ap.parse_args()
+    if ns.cpu:
+        ENV["TPUTOOL_BACKEND"] = "0"
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "train.py")
         with open(script, "w") as f:
