@@ -192,3 +192,12 @@ def test_library_recompiles_merge_at_the_user_call_site():
     (f,) = findings_from_record(_rec(compiles=lib("forward", 10) + lib("loss", 20), recompile_limit=8))
     assert (f.code, f.file, f.line, f.count) == ("TPU802", "/u/train.py", 9, 3)
     assert f.message.startswith("forward() in forward.py:10 (and 1 more compiled function) recompiled 3 times")
+
+
+def test_dynamic_shape_op_in_the_loop_warns_once_is_a_note():
+    def dyn(count):
+        return {"op": "nonzero", "file": "/u/t.py", "line": 3, "count": count}
+    (f,) = findings_from_record(_rec(dynamic_shapes=[dyn(10)]))
+    assert (f.code, f.severity) == ("TPU602", Severity.WARNING)
+    (f,) = findings_from_record(_rec(dynamic_shapes=[dyn(1)]))
+    assert (f.code, f.severity, f.message) == ("TPU602", Severity.INFO, "nonzero has a data-dependent output shape (once)")

@@ -8,25 +8,9 @@ import re
 
 from tputool.codemods.model import Severity
 from tputool.diagnose.model import Finding
-from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX, GRAPH_BREAK_HINTS
+from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
 
-# Dynamo guard-failure text -> (class of recompile, the fix). First match wins.
-RECOMPILE_CLASSES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"size mismatch|stride mismatch|\.size\(\)\[|\.stride\(\)\["), "changing input shapes",
-     "pad the varying dimension to a few fixed buckets (e.g. multiples of 64), or "
-     "torch._dynamo.mark_dynamic(x, dim)"),
-    (re.compile(r"dtype mismatch"), "changing dtype", "cast the inputs to one dtype before the call"),
-    (re.compile(r"requires_grad mismatch"), "changing requires_grad",
-     "call it with the same requires_grad each time (or always under torch.no_grad())"),
-    (re.compile(r"device mismatch"), "changing device", "move every input to the tpu device before the call"),
-    (re.compile(r"len\("), "a changing list/tuple length", "keep the container length fixed"),
-    (re.compile(r"(^|\s)\S+\s*==\s*-?[0-9][0-9.e+-]*\s|(^|\s)\S+\s*==\s*-?[0-9][0-9.e+-]*$"),
-     "a changing Python scalar", "pass the scalar as a tensor (torch.tensor(v, device=...)) so it is an input"),
-    (re.compile(r"___check_obj_id|___check_type_id|\bid\("), "a different object each call",
-     "reuse the same module/function object instead of building a new one per call"),
-    (re.compile(r"grad_mode|GLOBAL_STATE|autocast"), "changing global state (grad mode, autocast)",
-     "keep grad mode and autocast the same around each call"),
-)
+RECOMPILE_CLASSES = tuple((re.compile(p), klass, fix) for p, klass, fix in RECOMPILE_HINTS)
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 
 
@@ -98,8 +82,10 @@ def _dtypes(rec: dict, steps: int) -> list[Finding]:
         out.append(_finding(code, d["file"], d["line"], f"{d['op']} creates {d['dtype']} tensors ({d['count']} times)",
                             count=d["count"], steps=steps, op=d["op"]))
     for d in rec.get("dynamic_shapes", []):
+        repeated = d["count"] >= 2 and (steps < 2 or d["count"] >= EVERY_STEP_FRACTION * steps)
         out.append(_finding("TPU602", d["file"], d["line"], f"{d['op']} has a data-dependent output shape "
-                            f"({d['count']} times)", count=d["count"], steps=steps, op=d["op"]))
+                            f"({_times(d['count'])})", count=d["count"], steps=steps, op=d["op"],
+                            severity=None if repeated else Severity.INFO))
     return out
 
 

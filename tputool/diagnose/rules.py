@@ -124,3 +124,20 @@ GRAPH_BREAK_HINTS: tuple[tuple[str, str, str], ...] = (
      "a call Dynamo cannot trace",
      "move the call out of the compiled function, or wrap it as a torch.library custom op"),
 )
+
+# Dynamo guard-failure text (regex) -> (class of recompile, the fix). First match wins.
+RECOMPILE_HINTS: tuple[tuple[str, str, str], ...] = (
+    (r"size mismatch|stride mismatch|\.size\(\)\[|\.stride\(\)\[", "changing input shapes",
+     "pad the varying dimension to a few fixed buckets (e.g. multiples of 64), or torch._dynamo.mark_dynamic(x, dim)"),
+    (r"dtype mismatch", "changing dtype", "cast the inputs to one dtype before the call"),
+    (r"requires_grad mismatch", "changing requires_grad",
+     "call it with the same requires_grad each time (or always under torch.no_grad())"),
+    (r"device mismatch", "changing device", "move every input to the tpu device before the call"),
+    (r"len\(", "a changing list/tuple length", "keep the container length fixed"),
+    (r"(^|\s)\S+\s*==\s*-?[0-9][0-9.e+-]*(\s|$)", "a changing Python scalar",
+     "pass the scalar as a tensor (torch.tensor(v, device=...)) so it is an input"),
+    (r"___check_obj_id|___check_type_id|\bid\(", "a different object each call",
+     "reuse the same module/function object instead of building a new one per call"),
+    (r"grad_mode|GLOBAL_STATE|autocast", "changing global state (grad mode, autocast)",
+     "keep grad mode and autocast the same around each call"),
+)
