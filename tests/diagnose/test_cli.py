@@ -117,3 +117,12 @@ def test_timeout_still_reports(tmp_path):
     codes = {f["code"]: f for f in doc["findings"]}
     assert doc["status"] == "timeout" and "TPU811" in codes
     assert codes["TPU601"]["line"] == 6
+
+
+def test_syntax_error_points_at_the_line(tmp_path):
+    p = _script(tmp_path, "x = 1\nif x\n    pass\n")
+    r = runner.invoke(app, ["diagnose", str(p), "--no-static", "--format", "json"])
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    (f,) = doc["findings"]
+    assert (f["code"], f["line"]) == ("TPU810", 2) and f["message"].startswith("SyntaxError")

@@ -112,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script goes into the record
         record["status"] = "error"
         record["exit_code"] = 1
-        record["error"] = {"type": type(e).__name__, "message": str(e),
-                           "traceback": frames.trim_traceback(e.__traceback__)}
+        tb = frames.trim_traceback(e.__traceback__)
+        if isinstance(e, SyntaxError) and e.filename and frames.is_user(e.filename):
+            tb.append({"file": e.filename, "line": e.lineno or 0, "function": "<module>",
+                       "text": (e.text or "").strip()})
+        record["error"] = {"type": type(e).__name__, "message": str(e), "traceback": tb}
     finally:
         if ns.timeout:
             signal.setitimer(signal.ITIMER_REAL, 0)
