@@ -6,8 +6,9 @@ JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
   step_s: median seconds per step over the second half of the run (null with fewer than 2 steps);
   devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
   verdict: the one-line summary; summary: {error, warning, info}: counts;
-  findings: [{severity: error|warning|info, code, name, file, line, message, fix, count, per_step (null when no
-  steps ran), source: runtime|static, extra: {...rule-specific...}}], most severe first;
+  findings: [{severity: error|warning|info, code, name, file, line (1-based; 0 for a finding about the whole
+  run), message, fix, count, per_step (null when no steps ran), source: runtime|static,
+  extra: {...rule-specific...}}], most severe first;
   error: null or {type, message, traceback: [{file, line, function, text}] (the user's frames only)}.
 """
 
