@@ -138,12 +138,14 @@ def tune_cmd(
     limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
 ) -> None:
     """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
-    from tputool.profile.devices import use_cpu_devices
+    from tputool.profile.devices import host_only_jax, use_cpu_devices
     from tputool.tune.cli_args import build_space, parse_overrides
 
     space = build_space(batch, remat, attention, precision, max_tensor, mesh)
     if target is None:
         use_cpu_devices(cpu_devices)
+    else:
+        host_only_jax()
     from rich.console import Console
     from rich.progress import Progress
 

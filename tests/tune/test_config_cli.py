@@ -99,3 +99,33 @@ def test_run_applies_config_for_the_script(tmp_path):
 def test_run_missing_script(tmp_path):
     res = runner.invoke(app, ["run", "--config", str(write_cfg(tmp_path / "t.yaml")), "nope.py"])
     assert isinstance(res.exception, UserError)
+
+
+def test_config_drives_the_graph_backends_sharding_rules(tmp_path):
+    from types import SimpleNamespace
+
+    from tputool.backend.graph.sharding import spec_for
+
+    cfg = load_config(write_cfg(tmp_path / "t.yaml", mesh={"data": 1, "fsdp": 4, "tensor": 2}))
+    shapes = {"layers.0.attn.wq.weight": (64, 64), "layers.0.attn.wo.weight": (64, 64),
+              "layers.0.attn_norm.weight": (64,), "tok_emb.weight": (256, 64)}
+    rules = cfg.sharding_rules(shapes)
+    mesh = SimpleNamespace(shape=cfg.mesh_shape)
+    for name, shape in shapes.items():
+        assert tuple(spec_for(name, shape, rules, mesh)) == cfg.param_spec(name, shape)
+    assert cfg.param_spec("layers.0.attn.wq.weight", (64, 64)) == ("tensor", "fsdp")
+    assert cfg.param_spec("layers.0.attn.wo.weight", (64, 64)) == ("fsdp", "tensor")
+
+
+def test_shard_model_on_the_tpu_device(tmp_path):
+    import torch
+
+    from tputool.models import build_model
+
+    cfg = load_config(write_cfg(tmp_path / "t.yaml", mesh={"data": 1, "fsdp": 1, "tensor": 1}))
+    model = build_model("mlp").to("tpu")
+    mesh, specs = cfg.shard_model(model)
+    assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
+    assert set(specs) >= {n for n, _ in model.named_parameters()}
+    out = model(torch.randn(4, 32).to("tpu"))
+    assert out.shape == (4, 10)

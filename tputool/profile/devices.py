@@ -26,3 +26,9 @@ def use_cpu_devices(n: int | None) -> None:
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(FLAG)]
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"{FLAG}={n}"])
     os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def host_only_jax() -> None:
+    """Keep JAX on the host CPU (compile-only TPU devices need no TPU runtime; initialising one would hang)."""
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")

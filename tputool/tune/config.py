@@ -44,6 +44,23 @@ class TuneConfig:
 
         return make_mesh(self.candidate, devices)
 
+    def sharding_rules(self, shapes: dict[str, tuple[int, ...]]) -> tuple:
+        """The graph backend's `sharding.Rule`s (one exact-name rule per parameter) for these parameters."""
+        import re
+
+        from tputool.backend.graph.sharding import Rule
+
+        plan = partition_specs(shapes, self.mesh_shape, self.logical_to_mesh)
+        return tuple(Rule(f"^{re.escape(n)}$", plan.specs[n]) for n in shapes) + (Rule(r".*", ()),)
+
+    def shard_model(self, model, devices: list | None = None):
+        """Place a `tpu` model's parameters by the config (graph backend `shard_model`); returns (mesh, specs)."""
+        from tputool.backend.graph.sharding import shard_model
+
+        mesh = self.make_mesh(devices)
+        shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        return mesh, shard_model(model, mesh, self.sharding_rules(shapes))
+
     def remat_policy(self):
         """The `jax.checkpoint` policy of the config's remat setting (None: no remat)."""
         import jax

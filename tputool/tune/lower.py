@@ -26,25 +26,16 @@ def _noop(*args, **kwargs):
     return None
 
 
-def _cast_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
-    from tputool.backend.dtypes import to_np
-
-    return x if dtype is None else x.astype(to_np(dtype))
-
-
 def lowering_table(attention: str, block: int) -> dict:
     """The graph backend's table (LOWERINGS + graph-only view ops) with the tuner's own entries on top."""
-    from tputool.backend.graph import jaxify
-    from tputool.backend.lowerings import LOWERINGS, Lowering
+    from tputool.backend.graph.jaxify import default_table
+    from tputool.backend.lowerings import Lowering
 
-    base = jaxify.default_table() if hasattr(jaxify, "default_table") else LOWERINGS
     own = {
         aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block)),
         aten._assert_tensor_metadata.default: Lowering(_noop),
     }
-    if aten._to_copy.default not in base:  # not yet in the graph table (requested in notes/tune-requests.md)
-        own[aten._to_copy.default] = Lowering(_cast_copy)
-    return {**base, **own}
+    return {**default_table(), **own}
 
 
 def missing_lowerings(exp: ExportedLoss) -> list[str]:

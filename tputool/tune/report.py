@@ -18,6 +18,7 @@ def _fmt_rate(x: float | None) -> str:
 def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     """Candidates ordered by measured (then predicted) throughput."""
     measured = result.mode == "measured"
+    compiled = any(r.compiled_memory is not None for r in result.rows)
     t = Table(title=f"tputool tune: {result.model} - {result.label}", title_justify="left")
     t.add_column("#", justify="right")
     t.add_column("mesh d/f/t")
@@ -33,6 +34,8 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
         t.add_column("CPU tok/s", justify="right")
         t.add_column("CPU step", justify="right")
         t.add_column("coll %", justify="right")
+    if compiled:
+        t.add_column("XLA TPU GiB/dev", justify="right")
     t.add_column("status")
 
     def key(r):
@@ -51,6 +54,8 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
             m = r.measurement
             cells += [_fmt_rate(r.measured_tokens_per_s), f"{m.step_s * 1e3:.1f} ms" if m else "-",
                       f"{100 * m.collective_s / max(m.compute_s + m.collective_s, 1e-12):.0f}%" if m else "-"]
+        if compiled:
+            cells.append("-" if r.compiled_memory is None else f"{r.compiled_memory / GIB:.3f}")
         cells.append(status)
         t.add_row(*cells)
     return t

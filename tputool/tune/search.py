@@ -32,7 +32,7 @@ class Row:
     candidate: Candidate
     estimate: Estimate
     predicted_rank: int = 0
-    status: str = "predicted"  # measured | predicted | pruned | memory | failed
+    status: str = "predicted"  # measured | predicted | compiled | pruned | memory | failed
     reason: str = ""
     measurement: Measurement | None = None
     compiled_memory: float | None = None  # bytes/device from a TPU compile (predicted mode)
@@ -211,8 +211,10 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                 r.compiled_memory = compile_check(r.candidate)
                 if r.compiled_memory > hw.hbm_bytes:
                     r.status, r.reason = "memory", f"compiled {fmt_bytes(r.compiled_memory)}/device > HBM"
-                elif winner is None:
-                    winner = r
+                else:
+                    r.status = "compiled"
+                    if winner is None:
+                        winner = r
             except Exception as e:  # noqa: BLE001 - RESOURCE_EXHAUSTED and other compile failures
                 r.status = "memory" if "RESOURCE_EXHAUSTED" in str(e) or "HBM" in str(e) else "failed"
                 r.reason = f"compile for TPU: {str(e).splitlines()[0][:160]}"

@@ -81,14 +81,16 @@ def exported_for(spec: ModelSpec, config: Any, global_batch: int, precision: str
 
 
 def make_mesh(c: Candidate, devices: list | None = None):
-    """A (data, fsdp, tensor) `jax.sharding.Mesh` over the first data*fsdp*tensor devices."""
+    """A (data, fsdp, tensor) mesh over the first data*fsdp*tensor devices (the graph backend's
+    topology-aware mesh: physical device order on TPU)."""
     import jax
-    from jax.sharding import Mesh
+
+    from tputool.backend.graph.sharding import topology_aware_mesh
 
     devices = jax.devices() if devices is None else devices
     if len(devices) < c.n_devices:
         raise ValueError(f"candidate needs {c.n_devices} devices, {len(devices)} available")
-    return Mesh(np.array(devices[: c.n_devices]).reshape(c.data, c.fsdp, c.tensor), ("data", "fsdp", "tensor"))
+    return topology_aware_mesh(c.mesh, devices[: c.n_devices])
 
 
 def _adamw(params: dict, grads: dict, m: dict, v: dict, t):
