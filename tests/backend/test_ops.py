@@ -76,11 +76,15 @@ def test_indexing_ops():
     torch.testing.assert_close(t.cpu(), c)
 
 
-def test_masked_select_falls_back_and_stays_correct():
+def test_data_dependent_shapes_run_on_device_with_one_size_sync():
     events.reset()
-    x = torch.randn(10)
-    torch.testing.assert_close(x.to(T)[x.to(T) > 0].cpu(), x[x > 0])
-    assert events.total("fallback") >= 1
+    x = torch.randn(3, 10)
+    t = x.to(T)
+    torch.testing.assert_close(t[t > 0].cpu(), x[x > 0])
+    torch.testing.assert_close(torch.masked_select(t, t > 1).cpu(), torch.masked_select(x, x > 1))
+    assert torch.equal(torch.nonzero(t > 0).cpu(), torch.nonzero(x > 0))
+    assert events.total("fallback") == 0
+    assert events.counts[("host_sync", "nonzero")] == 3
 
 
 def test_reductions_and_shapes():

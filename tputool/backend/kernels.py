@@ -285,7 +285,7 @@ def _nonzero_fn(n: int):
 def _masked_select_fn(n: int):
     def f(a, m):
         a, m = jax.numpy.broadcast_arrays(a, m)
-        return a[jax.numpy.nonzero(m, size=n)]
+        return a.reshape(-1)[jax.numpy.nonzero(m.reshape(-1), size=n)]
 
     return jax.jit(f)
 
@@ -342,11 +342,19 @@ def index(self, indices):
     if _index_h is None:
         _index_h = _lowered(aten.index.Tensor)
     if _has_mask(indices):
+        if any(i is not None and i.dim() == 0 for i in indices):
+            from tputool.backend import fallback
+
+            return fallback.run_on_cpu(aten.index.Tensor, (self, indices), {})
         indices = _expand_masks(indices)
     return _index_h((self, indices), {})
 
 
 def _index_put_inplace(self, indices, values, accumulate=False, unsafe=False):
+    if any(i is not None and i.dim() == 0 and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        from tputool.backend import fallback
+
+        return fallback.run_on_cpu(aten.index_put_.default, (self, indices, values, accumulate), {})
     if _has_mask(indices) and not (len(indices) == 1 and values.numel() == 1 and not accumulate):
         indices = _expand_masks(indices)
     out = aten.index_put.default(self, indices, values, accumulate)

@@ -79,9 +79,7 @@ UNARY = {
     aten.hardswish: (lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1), KIND.DEFAULT),
     aten.positive: (lambda x: x, KIND.DEFAULT), aten.conj_physical: (jnp.conj, KIND.DEFAULT),
     aten.square: (jnp.square, KIND.BOOL_TO_LONG), aten.angle: (jnp.angle, KIND.INT_TO_FLOAT),
-    aten.log_sigmoid_forward: (None, None),
 }
-UNARY.pop(aten.log_sigmoid_forward)
 
 
 def _unary(fn, kind):
@@ -121,10 +119,6 @@ def _floor_div(a, b):
     if jnp.issubdtype(a.dtype, jnp.integer):
         return jnp.floor_divide(a, b)
     return jnp.floor(a / b)
-
-
-def _int_safe(fn, int_fn):
-    return lambda a, b: int_fn(a, b) if jnp.issubdtype(jnp.result_type(a, b), jnp.integer) else fn(a, b)
 
 
 BINARY = {
@@ -299,14 +293,6 @@ def heaviside(self, values):
 
 
 # ---- activations with parameters, and backwards ---------------------------------------------------
-
-def _float_op(fn):
-    def lower(self, *args):
-        comp, res = promote(KIND.INT_TO_FLOAT, self)
-        return fn(cast(self, comp), *args).astype(res)
-
-    return lower
-
 
 @lowering(aten.gelu.default)
 def gelu(self, *, approximate="none"):

@@ -114,11 +114,6 @@ def min_all(self):
     return jnp.min(self)
 
 
-def _arg_nan_aware(x, axis, fn):
-    # PyTorch: NaN counts as the extreme value; jnp.argmax already treats NaN as max.
-    return fn(x, axis=axis)
-
-
 @lowering(aten.max.dim)
 def max_dim(self, dim, keepdim=False):
     if self.ndim == 0:

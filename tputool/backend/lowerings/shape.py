@@ -106,11 +106,28 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 
 def _scatter_index(self, dim, index):
+    if index.size == 0:
+        raise _Empty
     d = dim % max(self.ndim, 1)
     idx = [jnp.broadcast_to(jnp.arange(s).reshape([-1 if j == k else 1 for j in range(index.ndim)]), index.shape)
            for k, s in enumerate(index.shape)]
     idx[d] = index
     return tuple(idx)
+
+
+class _Empty(Exception):
+    """An empty index: scatter ops leave self unchanged."""
+
+
+def _empty_ok(fn):
+    def wrapped(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except _Empty:
+            return self
+
+    wrapped.__name__ = fn.__name__
+    return wrapped
 
 
 def _src_block(src, index):
@@ -120,6 +137,7 @@ def _src_block(src, index):
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
+@_empty_ok
 def scatter(self, dim, index, src):
     if self.ndim == 0:
         return jnp.asarray(src if not hasattr(src, "shape") else src.reshape(()), self.dtype)
@@ -127,6 +145,7 @@ def scatter(self, dim, index, src):
 
 
 @lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+@_empty_ok
 def scatter_reduce_legacy(self, dim, index, src, *, reduce):
     at = self.at[_scatter_index(self, dim, index)]
     v = cast(_src_block(src, index), self.dtype)
@@ -134,6 +153,7 @@ def scatter_reduce_legacy(self, dim, index, src, *, reduce):
 
 
 @lowering(aten.scatter_add.default)
+@_empty_ok
 def scatter_add(self, dim, index, src):
     if self.ndim == 0:
         return self + src.reshape(()).astype(self.dtype)
@@ -141,6 +161,7 @@ def scatter_add(self, dim, index, src):
 
 
 @lowering(aten.scatter_reduce.two)
+@_empty_ok
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     idx = _scatter_index(self, dim, index)
     v = _src_block(src, index).astype(self.dtype)
@@ -333,11 +354,9 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 @lowering(aten.diag_embed.default)
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     n = self.shape[-1] + abs(offset)
-    eye = jnp.eye(n, k=offset, dtype=self.dtype)
     idx = jnp.arange(self.shape[-1])
     rows, cols = (idx, idx + offset) if offset >= 0 else (idx - offset, idx)
     out = jnp.zeros(self.shape[:-1] + (n, n), self.dtype).at[..., rows, cols].set(self)
-    del eye
     nd = out.ndim
     d1, d2 = dim1 % nd, dim2 % nd
     if (d1, d2) != (nd - 2, nd - 1):
