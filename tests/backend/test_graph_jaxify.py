@@ -102,3 +102,21 @@ def test_random_ops_take_the_callers_key() -> None:
     c = g(x, rng_key=jax.random.key(1))[0]
     assert bool(jnp.all(a == b)) and not bool(jnp.all(a == c))
     assert bool(jnp.all((a >= 0) & (a < 1)))
+
+
+def test_kept_input_mutations_come_back_and_can_be_donated() -> None:
+    def f(x, acc):
+        acc.add_(x)
+        return x * 2
+
+    from torch.func import functionalize
+
+    x, acc = torch.ones(3), torch.zeros(3)
+    gm = make_fx(functionalize(f, remove="mutations_and_views"))(x.clone(), acc.clone())  # ends in copy_
+    g = jaxify(gm, table=TABLE)
+    assert g.mutated == (1,)
+    ja, jacc = cpu_to_jax(x), cpu_to_jax(acc)
+    out, new_acc = g(ja, jacc, donate=True)
+    assert jacc.is_deleted() and not ja.is_deleted() and g.donated_calls == 1
+    torch.testing.assert_close(jax_to_cpu(out), torch.full((3,), 2.0))
+    torch.testing.assert_close(jax_to_cpu(new_acc), torch.ones(3))
