@@ -189,10 +189,14 @@ def _values_only(out: Any) -> Any:
     return out
 
 
-def _random_sample(sample: Any) -> bool:
+def _random_sample(key: str, sample: Any) -> bool:
     kw = sample.kwargs
-    return kw.get("training", True) is not False and any(
-        isinstance(kw.get(k), int | float) and kw[k] > 0 for k in T.RANDOM_SAMPLE_KWARGS)
+    if kw.get("training", True) is False:
+        return False
+    values = [kw.get(k) for k in T.RANDOM_SAMPLE_KWARGS]
+    if key in T.RANDOM_SAMPLE_ARGS and len(sample.args) > T.RANDOM_SAMPLE_ARGS[key]:
+        values.append(sample.args[T.RANDOM_SAMPLE_ARGS[key]])
+    return any(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def _call(op: Any, sample: Any) -> Any:
@@ -240,7 +244,7 @@ def check_sample(op: Any, key: str, sample: Any, device: str, dtype: torch.dtype
     for t in _tensors(actual):
         if inputs_moved and t.device.type == "cpu" and not key.startswith(("to", "cpu")):
             raise SampleFailure("forward mismatch: output tensor on cpu, expected the device")
-    if key in T.SHAPE_ONLY_OPS or _random_sample(sample):
+    if key in T.SHAPE_ONLY_OPS or _random_sample(key, sample):
         _check_shapes(actual, expected)
         return False
     if key in T.DISTRIBUTION_OPS:

@@ -25,7 +25,9 @@ HEAVY_TAILED_OPS = frozenset({"cauchy"})
 """Distributions without a mean: compared by median and interquartile range instead of mean and std."""
 
 RANDOM_SAMPLE_KWARGS = ("dropout_p",)
-"""A sample passing one of these kwargs > 0 (and not training=False) is random: shape and dtype only."""
+RANDOM_SAMPLE_ARGS = {"nn.functional.multi_head_attention_forward": 9}
+"""A sample passing one of these kwargs, or the op's positional dropout argument at this index, > 0 (and not
+training=False) is random: shape and dtype only."""
 
 FIRST_OUTPUT_ONLY_OPS = {
     "native_batch_norm": "saved mean/invstd are device-specific in eval mode (empty on CPU)",
