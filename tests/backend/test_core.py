@@ -281,3 +281,12 @@ def test_save_load_and_deepcopy():
     c = copy.deepcopy(t)
     c.add_(1)
     assert t[0, 0].item() == 0.0 and c[0, 0].item() == 1.0
+
+
+def test_dataloader_pin_memory_with_tpu_accelerator():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ds = TensorDataset(torch.randn(8, 3), torch.arange(8))
+    batches = [(xb.to(T, non_blocking=True), yb.to(T)) for xb, yb in DataLoader(ds, batch_size=4, pin_memory=True)]
+    assert len(batches) == 2 and batches[0][0].device.type == T
+    same(batches[1][1], torch.arange(4, 8))

@@ -57,6 +57,7 @@ def register() -> bool:
 
     module_ties.install()
     serialization.install()
+    serialization.install_pin_memory()
     _registered = True
     return True
 

@@ -1,4 +1,4 @@
-"""torch.save / torch.load / copy.deepcopy for tpu tensors.
+"""torch.save / torch.load / copy.deepcopy for tpu tensors, and host-side pinning.
 
 tpu storages hold JAX arrays, not bytes, so PyTorch's storage-level paths cannot read them. `install()`:
 - pickles a tpu tensor as its CPU copy plus its device (as PyTorch does for XLA), so `torch.save` works and
@@ -67,3 +67,25 @@ def install() -> None:
     torch.Tensor.__deepcopy__ = __deepcopy__
     torch.serialization.register_package(5, lambda obj: "tpu" if obj.device.type == "tpu" else None, _restore_tpu)
     _installed = True
+
+
+def install_pin_memory() -> None:
+    """`Tensor.pin_memory()` for the tpu accelerator: host buffers need no pinning for JAX transfers, so
+    pinning (DataLoader(pin_memory=True)) returns the tensor itself instead of failing in PyTorch's
+    PrivateUse1 hooks, which cannot provide a pinned allocator from Python."""
+    original = torch.Tensor.pin_memory
+    if getattr(original, "_tputool", False):
+        return
+
+    def pin_memory(self, device=None):
+        if device is not None:
+            target = torch.device(device)
+        else:
+            acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+            target = acc if acc is not None else torch.device("cpu")
+        if self.device.type == "cpu" and target.type == "tpu":
+            return self
+        return original(self, device) if device is not None else original(self)
+
+    pin_memory._tputool = True
+    torch.Tensor.pin_memory = pin_memory
