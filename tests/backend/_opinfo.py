@@ -221,8 +221,11 @@ def check_sample(op: Any, key: str, sample: Any, device: str, dtype: torch.dtype
     _check_dtypes((sample.input, sample.args, sample.kwargs), device)
     dev_sample = sample.transform(lambda t: t)  # a shallow copy whose tensors we then move
     memo: dict[int, torch.Tensor] = {}
-    dev_sample.input, dev_sample.args, dev_sample.kwargs = _to_device(
-        (sample.input, sample.args, sample.kwargs), device, memo)
+    if key in T.CPU_ARGS_OPS:
+        dev_sample.input = _to_device(sample.input, device, memo)
+    else:
+        dev_sample.input, dev_sample.args, dev_sample.kwargs = _to_device(
+            (sample.input, sample.args, sample.kwargs), device, memo)
     torch.manual_seed(0)
     try:
         expected = _call(op, sample)

@@ -36,6 +36,9 @@ FIRST_OUTPUT_ONLY_OPS = {
 """Ops whose secondary outputs are device-specific (PyTorch's own test_compare_cpu expects them to differ):
 only the first output is compared forward; backward is compared as usual."""
 
+CPU_ARGS_OPS = frozenset({"tensor_split"})
+"""Ops whose tensor arguments (not the input) must stay on CPU, as PyTorch requires: only the input moves."""
+
 TIE_INDEX_OPS = frozenset({
     "sort", "argsort", "topk", "kthvalue", "mode", "median", "nanmedian", "max.reduction_with_dim",
     "min.reduction_with_dim", "cummax", "cummin",

@@ -65,7 +65,7 @@ def test_ci_slice_names_exist() -> None:
     keys = {_opinfo.op_key(op) for op in op_db}
     assert not set(T.CI_SLICE) - keys
     assert not (set(T.SHAPE_ONLY_OPS) | T.DISTRIBUTION_OPS | set(T.SKIP_OPS) | set(T.FIRST_OUTPUT_ONLY_OPS)
-                | T.TIE_INDEX_OPS | T.NONNEGATIVE_OPS | T.INTEGRAL_OPS) - keys
+                | T.TIE_INDEX_OPS | T.NONNEGATIVE_OPS | T.INTEGRAL_OPS | T.CPU_ARGS_OPS) - keys
 
 
 @pytest.mark.parametrize(("op", "dtype"), _params())
