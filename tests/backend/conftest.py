@@ -51,7 +51,7 @@ def _write_report(finished: bool) -> Path:
     meta = {
         "device": os.environ.get("TPUTOOL_OPINFO_DEVICE", "tpu"),
         "eager_mode": os.environ.get("TPUTOOL_OPINFO_EAGER_MODE", "default"),
-        "max_samples_per_op": int(os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "12")),
+        "max_samples_per_op": os.environ.get("TPUTOOL_OPINFO_MAX_SAMPLES", "default (8 slice, 3 others)"),
         "wall_seconds": round(time.time() - _START, 1),
         "finished": finished,
     }
