@@ -201,3 +201,16 @@ def test_dynamic_shape_op_in_the_loop_warns_once_is_a_note():
     assert (f.code, f.severity) == ("TPU602", Severity.WARNING)
     (f,) = findings_from_record(_rec(dynamic_shapes=[dyn(1)]))
     assert (f.code, f.severity, f.message) == ("TPU602", Severity.INFO, "nonzero has a data-dependent output shape (once)")
+
+
+def test_break_in_library_code_maps_to_the_compile_call_site():
+    from tputool.diagnose.dynamo import _site_of_break
+
+    marks = [(0, ("/u/t.py", 9)), (2, ("/u/t.py", 20))]
+    assert [_site_of_break(i, marks) for i in (0, 1, 2, 5)] == [("/u/t.py", 9)] * 2 + [("/u/t.py", 20)] * 2
+    assert _site_of_break(0, []) is None
+    rec = _rec(graph_breaks=[{"file": "/u/t.py", "line": 9, "reason": "generic_jump TensorVariable()",
+                              "function": "forward", "compiles": 1, "count": 1,
+                              "in_library": "/site-packages/hf/m.py:703", "ops_before": 5, "ops_after": 1}])
+    (f,) = findings_from_record(rec)
+    assert f.line == 9 and f.message.startswith("graph break in forward() at m.py:703: data-dependent")

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                    "step_s": [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)],
                    "xla": jaxwatch.to_record(steps.steps)})
     record.update(observer.to_record())
-    record.update(dynamo.collect(frames, call_sites.sites))
+    record.update(dynamo.collect(frames, call_sites.sites, call_sites.break_marks))
     record.update(_events_record(boundaries, steps.steps))
     with open(ns.record, "w") as f:
         json.dump(record, f, default=str)  # default=str: a stray non-JSON value must not lose the record

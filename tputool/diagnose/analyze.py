@@ -139,8 +139,9 @@ def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
             split = f"; splits {b['function']}() into graphs of {b.get('ops_before') or 0} and " \
                     f"{b.get('ops_after') or 0} ops"
         head = f"{what} ({b['reason']})" if what else b["reason"]
-        out.append(_finding("TPU801", b["file"], b["line"], f"graph break in {b['function']}(): {head}{split}",
-                            count=b["compiles"], fix=fix, reason=b["reason"], ops_before=b.get("ops_before"),
+        inside = f" at {os.path.basename(b['in_library'])}" if b.get("in_library") else ""
+        out.append(_finding("TPU801", b["file"], b["line"], f"graph break in {b['function']}(){inside}: {head}{split}",
+                            count=b["compiles"], fix=fix, reason=b["reason"], in_library=b.get("in_library"), ops_before=b.get("ops_before"),
                             ops_after=b.get("ops_after")))
     return out
 

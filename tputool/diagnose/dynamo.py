@@ -29,6 +29,8 @@ class CallSites:
     def __init__(self, frames: UserFrames) -> None:
         self.frames = frames
         self.sites: dict[str, tuple[str, int]] = {}  # compile id ("0/1") -> (file, line)
+        # (index into graph_break_reasons when a compile started, that compile's call site), in order
+        self.break_marks: list[tuple[int, tuple[str, int]]] = []
         self._original = None
 
     def install(self) -> None:
@@ -62,6 +64,9 @@ class CallSites:
         loc = self.frames.location(1)
         if loc is not None:
             self.sites[str(getattr(args, "compile_id", ""))] = loc
+            utils = sys.modules.get("torch._dynamo.utils")
+            if utils is not None:
+                self.break_marks.append((len(utils.graph_break_reasons), loc))
 
 
 def raise_metrics_limit() -> None:
@@ -86,8 +91,22 @@ def _short_reason(reason: str) -> str:
     return f"{lines[0]}: {why}" if why else lines[0]
 
 
-def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None) -> dict:
-    """Graph breaks and compiles seen by Dynamo, located at the user's frames, as JSON-ready lists."""
+def _site_of_break(index: int, marks: list[tuple[int, tuple[str, int]]]) -> tuple[str, int] | None:
+    """The call site of the compile during which graph break number `index` was recorded."""
+    site = None
+    for start, loc in marks:
+        if start > index:
+            break
+        site = loc
+    return site
+
+
+def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None,
+            break_marks: list[tuple[int, tuple[str, int]]] | None = None) -> dict:
+    """Graph breaks and compiles seen by Dynamo, located at the user's frames, as JSON-ready lists.
+
+    A break inside compiled library code (a Hugging Face forward, say) is located at the user's call
+    site when one is known, with the library's file:line kept as `in_library`."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return {"graph_breaks": [], "compiles": [], "recompile_limit": None}
@@ -109,21 +128,25 @@ def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None)
 
     hits = utils.counters.get("graph_break", {})
     breaks: dict[tuple[str, int, str], dict] = {}
-    for gb in utils.graph_break_reasons:
+    for i, gb in enumerate(utils.graph_break_reasons):
         user = [fs for fs in gb.user_stack if frames.is_user(fs.filename)]
-        # A break inside a library the user compiled (e.g. a Hugging Face forward) is reported where it is.
         outside = [fs for fs in gb.user_stack if not _is_torch(fs.filename)]
         if not (user or outside):
             continue
         fs = (user or outside)[-1]
-        key = (fs.filename, fs.lineno or 0, _short_reason(gb.reason))
+        where, in_library = (fs.filename, fs.lineno or 0), None
+        site = None if user else _site_of_break(i, break_marks or [])
+        if site is not None:
+            where, in_library = site, f"{fs.filename}:{fs.lineno}"
+        key = (*where, _short_reason(gb.reason))
         entry = breaks.setdefault(key, {"file": key[0], "line": key[1], "reason": key[2], "function": fs.name,
-                                        "compiles": 0, "count": hits.get(gb.reason, 0)})
+                                        "compiles": 0, "count": hits.get(gb.reason, 0), "in_library": in_library,
+                                        "break_line": fs.lineno or 0})
         entry["compiles"] += 1
     for entry in breaks.values():
         before = [c["ops"] for c in compiles
                   if c["function"] == entry["function"] and c["resume_at"] is None and c["ops"] is not None]
-        after = [c["ops"] for c in compiles if c["resume_at"] == entry["line"] and c["ops"] is not None]
+        after = [c["ops"] for c in compiles if c["resume_at"] == entry["break_line"] and c["ops"] is not None]
         entry["ops_before"] = max(before) if before else None
         entry["ops_after"] = max(after) if after else None
     limit = getattr(dconfig, "recompile_limit", None) or getattr(dconfig, "cache_size_limit", None)
