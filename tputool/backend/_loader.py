@@ -19,7 +19,12 @@ def real_torch_tpu_installed() -> bool:
 
 def load() -> None:
     """Register tputool's bundled `tpu` device unless torch_tpu is installed or TPUTOOL_BACKEND=0."""
-    if os.environ.get("TPUTOOL_BACKEND", "1") == "0" or real_torch_tpu_installed():
+    if os.environ.get("TPUTOOL_BACKEND", "1") == "0":
+        return
+    if real_torch_tpu_installed():
+        import logging
+
+        logging.getLogger("tputool.backend").info("tputool: using the real torch_tpu; the bundled backend stays off")
         return
     try:
         from tputool.backend import device

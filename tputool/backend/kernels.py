@@ -364,3 +364,26 @@ def _index_put_inplace(self, indices, values, accumulate=False, unsafe=False):
 
 SPECIAL[aten.index_put_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
 SPECIAL[aten._index_put_impl_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
+
+
+# ---- batch norm: PyTorch's decomposition, with CPU's empty saved statistics in eval mode ----------
+
+def _batch_norm_handler(op):
+    from torch._decomp import decomposition_table
+
+    decomp = decomposition_table[op]
+    sig = Signature(op)
+
+    def h(args, kwargs):
+        vals = sig.normalize(args, kwargs)
+        out = decomp(*args, **kwargs)
+        if not vals[5]:  # training
+            empty_stats = tt.empty((0,), out[1].dtype)
+            return (out[0], empty_stats, tt.empty((0,), out[2].dtype)) + tuple(out[3:])
+        return out
+
+    return h
+
+
+for _op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default):
+    SPECIAL[_op] = _batch_norm_handler(_op)
