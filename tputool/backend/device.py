@@ -93,8 +93,9 @@ def _register_kernels() -> None:
     autocast.register(_libs)
 
 
-# Ops that must keep PyTorch's own (composite) kernels on the device.
-_KEEP_COMPOSITE = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift"}
+# Ops that keep PyTorch's own (composite) kernels in eager mode: detach/alias must alias (and FakeTensor
+# creation relies on them); empty_like must keep the input's strides and stay unmaterialized.
+_KEEP_COMPOSITE = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift", "aten::empty_like"}
 
 
 def hot_ops(lowerings, special) -> list:
