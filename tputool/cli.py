@@ -114,8 +114,10 @@ def profile_cmd(
     else:
         summary = profile_script(script, [], out)
     import jax
+    from rich.console import Console
 
-    print_summary(summary, cpu=jax.devices()[0].platform == "cpu")
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    print_summary(summary, console, cpu=jax.devices()[0].platform == "cpu")
 
 
 @app.command("tune")

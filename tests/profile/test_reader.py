@@ -38,7 +38,7 @@ def test_capture_single_device(tmp_path):
     x = jnp.ones((128, 128))
     s = capture(lambda i: f(x + i), steps=3, outdir=tmp_path)
     assert s.xplane_path.endswith(".xplane.pb")
-    assert s.perfetto_path and s.perfetto_path.endswith(".trace.json.gz")
+    assert s.perfetto_path and s.perfetto_path.endswith("perfetto_trace.json.gz")
     # the first step compiles: reported as compile time, left out of step times
     assert s.compile_s > 0 and s.excluded_steps == 1 and len(s.step_times_s) == 2
     assert s.step_time_s > 0

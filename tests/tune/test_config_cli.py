@@ -129,3 +129,27 @@ def test_shard_model_on_the_tpu_device(tmp_path):
     assert set(specs) >= {n for n, _ in model.named_parameters()}
     out = model(torch.randn(4, 32).to("tpu"))
     assert out.shape == (4, 10)
+
+
+def test_tune_a_user_model_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("tputool.tune.tpu_compile.available", lambda: False)
+    f = tmp_path / "mymodel.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def build():
+            return nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+
+        def example_batch(batch_size, device, generator):
+            return torch.randn(batch_size, 512, generator=generator), torch.randn(batch_size, 512, generator=generator)
+    """))
+    out = tmp_path / "tune.yaml"
+    res = runner.invoke(app, ["tune", "--model", f"{f}:build", "--target", "v6e-8", "--batch", "8,64",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    assert doc["model"].endswith("mymodel.py:build") and doc["attention"]["impl"] == "plain"
+    # no heads or ffn width known for a plain Sequential: tensor parallelism is ruled out, and said why
+    assert doc["mesh"]["tensor"] == 1
+    assert any("split over tensor" in r["reason"] for r in doc["search"]["rejected"])

@@ -226,5 +226,6 @@ def read_trace(path: str | Path, top: int = 10) -> TraceSummary:
         profile = ProfileData.from_file(str(xplane))
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file
         raise UserError(f"cannot read trace {xplane}: {e}") from e
-    perfetto = next((str(p) for p in sorted(xplane.parent.glob("*.trace.json.gz"))), None)
+    candidates = [*xplane.parent.glob("perfetto_trace.json.gz"), *sorted(xplane.parent.glob("*.trace.json.gz"))]
+    perfetto = str(candidates[0]) if candidates else None
     return summarize(profile, str(Path(path)), str(xplane), perfetto, top=top)

@@ -78,8 +78,8 @@ def rejected_table(result: TuneResult, limit: int = 12) -> Table | None:
             shown += 1
     pruned = [r for r in result.rows if r.status == "pruned"]
     if pruned:
-        t.add_row(f"{len(pruned)} candidates", "pruned", f"below the cost model's top {result.budget} "
-                  f"(e.g. {pruned[0].candidate.key}: {pruned[0].reason})")
+        t.add_row(f"{len(pruned)} candidates", "pruned", f"not among the {result.budget} the cost model chose to "
+                  f"run (e.g. {pruned[0].candidate.key}: {pruned[0].reason})")
         shown += 1
     return t if shown else None
 

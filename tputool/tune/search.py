@@ -108,7 +108,8 @@ def predict_all(dims: ModelDims, hw: Hardware, space: SearchSpace,
         if param_shapes is not None:
             local = partition_specs(param_shapes, c.mesh).local_elements(param_shapes, c.mesh)
         rows.append(Row(c, estimate(dims, c, hw, params_per_device=local)))
-    rows.sort(key=lambda r: -r.estimate.tokens_per_s)
+    # ties (compute-bound candidates hide their collectives) go to less communication, then less memory
+    rows.sort(key=lambda r: (-r.estimate.tokens_per_s, r.estimate.comm_s, r.estimate.memory.total))
     for i, r in enumerate(rows, 1):
         r.predicted_rank = i
         if not r.estimate.fits:

@@ -50,8 +50,6 @@ def meshes(n_devices: int) -> list[tuple[int, int, int]]:
 
 def mesh_problem(dims: ModelDims, data: int, fsdp: int, tensor: int, space: SearchSpace) -> str | None:
     """Why a mesh cannot run this model, or None."""
-    if space.meshes is not None and (data, fsdp, tensor) not in space.meshes:
-        return "not in the requested --mesh list"
     if space.max_tensor is not None and tensor > space.max_tensor:
         return f"tensor={tensor} above the limit {space.max_tensor}"
     if tensor > 1:
@@ -79,6 +77,8 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace) -> Enum
     out = Enumerated([])
     for data, fsdp, tensor in meshes(n_devices):
         label = f"d{data}f{fsdp}t{tensor}"
+        if space.meshes is not None and (data, fsdp, tensor) not in space.meshes:
+            continue  # the user narrowed the meshes: nothing to explain
         if (why := mesh_problem(dims, data, fsdp, tensor, space)) is not None:
             out.rejected.append(Rejected(f"mesh {label}", why, "invalid"))
             continue
