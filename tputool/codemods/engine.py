@@ -29,8 +29,10 @@ from tputool.codemods.text_scan import scan_text
 from tputool.codemods.textio import decode_python, decode_text, encode
 
 # Below this many bytes of Python that must go through the rewriter, a process pool costs more than it
-# saves. Measured (2 cores): a fork pool of 2 starts and stops in ~15 ms, while port_python handles
-# ~5-10 KB/s (metadata-resolving rules), so two small files already pay for it.
+# saves. Measured on the 2-core dev box: a fork pool of 2 starts and stops in 10-17 ms, while
+# port_python handles ~5-20 KB/s (metadata-resolving rules, ~70 ms for a 1.5 KB module), so on a machine
+# with a spare core two small files already pay for it. (With every core busy, a pool of 2 was 5-50%
+# slower than in-process for 2-8 small files: there is no spare core to win.)
 POOL_MIN_BYTES = 4 * 1024
 # Files per task sent to a worker (bounded so the progress bar moves and the load stays balanced).
 MAX_CHUNK = 16
