@@ -226,3 +226,8 @@ def test_shadowing_other_packages_keeps_the_fast_index() -> None:
     assert build_index(src, RELEVANT_ROOTS).exact
     assert not build_index(src.replace("numpy", "torch.nn"), RELEVANT_ROOTS).exact
     assert not build_index("import torch\ndef f(torch):\n    pass\n", RELEVANT_ROOTS).exact
+
+
+def test_comments_inside_rewritten_calls_survive() -> None:
+    out, _ = port("y = x.cuda(\n    0,  # the gpu\n    non_blocking=True,  # async\n)\n")
+    assert out.endswith('y = x.to(\n    torch.device("tpu", 0),  # the gpu\n    non_blocking=True,  # async\n)\n')

@@ -66,23 +66,28 @@ def cuda_method(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cs
         code = "TPU103" if only_nb else "TPU101"
         if not t.fire(code, orig, note=None if only_nb else _N_CUDA):
             return upd
-        new_args = [cst.Arg(cst.SimpleString('"tpu"')), *[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                                         for a in args]]
+        new_args = [cst.Arg(cst.SimpleString('"tpu"')), *args]
     else:
         if not t.fire("TPU102", orig, note=_N_INDEX):
             return upd
         dev = _device_of_index(t, args[dev_idx].value)
-        rest = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for i, a in enumerate(args) if i != dev_idx]
-        new_args = [cst.Arg(dev), *rest]
-    return upd.with_changes(func=func.with_changes(attr=cst.Name("to")), args=_commas(new_args))
+        rest = [a for i, a in enumerate(args) if i != dev_idx]
+        new_args = [cst.Arg(dev, comma=args[dev_idx].comma if dev_idx == 0 else cst.MaybeSentinel.DEFAULT), *rest]
+    keeps_last = bool(args) and (new_args[-1] is args[-1] or (dev_idx == 0 and len(args) == 1))
+    last = args[-1].comma if keeps_last else cst.MaybeSentinel.DEFAULT
+    return upd.with_changes(func=func.with_changes(attr=cst.Name("to")), args=_commas(new_args, last))
 
 
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    """Arguments separated by ', ' with no trailing comma."""
+def _commas(args: list[cst.Arg], last_comma=cst.MaybeSentinel.DEFAULT) -> list[cst.Arg]:
+    """Arguments separated by commas (an argument's own comma is kept, so comments after it survive)."""
     out = []
     for i, a in enumerate(args):
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 \
-            else cst.MaybeSentinel.DEFAULT
+        if i == len(args) - 1:
+            comma = last_comma
+        elif isinstance(a.comma, cst.Comma):
+            comma = a.comma
+        else:
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         out.append(a.with_changes(comma=comma))
     return out
 
