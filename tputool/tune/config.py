@@ -40,8 +40,15 @@ class TuneConfig:
 
     def make_mesh(self, devices: list | None = None):
         """A `jax.sharding.Mesh` with axes (data, fsdp, tensor) over the first devices."""
+        import jax
+
         from tputool.tune.step import make_mesh
 
+        devices = jax.devices() if devices is None else devices
+        if len(devices) < self.candidate.n_devices:
+            raise UserError(f"the tuned mesh needs {self.candidate.n_devices} devices, this process has "
+                            f"{len(devices)} (simulate them with `tputool run --cpu-devices "
+                            f"{self.candidate.n_devices}`)")
         return make_mesh(self.candidate, devices)
 
     def sharding_rules(self, shapes: dict[str, tuple[int, ...]]) -> tuple:
