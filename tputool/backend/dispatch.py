@@ -32,6 +32,7 @@ T, OT, TL, OTL, SC, ST = "T", "OT", "TL", "OTL", "SC", "ST"
 _NODEFAULT = object()
 
 _create = torch._C._acc.create_empty_tensor
+_track = tt.track
 _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
 
 
@@ -217,6 +218,12 @@ class LoweredOp:
         out = fn(*dyn)
         if fn._cache_size() != n:
             cache.record_compile(self.name)
+        if type(out) is tuple:
+            for o in out:
+                if o is not None:
+                    _track(o)
+        else:
+            _track(out)
         if modes.blocking:
             jax.block_until_ready(out)
         return out

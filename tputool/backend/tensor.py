@@ -12,6 +12,7 @@ Public API (used by the graph-mode helper too): `to_jax`, `from_jax`, `write`, `
 from __future__ import annotations
 
 import math
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,32 @@ from tputool.backend import dtypes, events, views
 _create = torch._C._acc.create_empty_tensor
 _META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+
+
+_pending: list[weakref.ref] = []
+"""Weak references to arrays produced since the last `synchronize()` (what it has to wait for)."""
+
+
+def track(a: jax.Array) -> None:
+    """Remember `a` as in flight; past 4096 entries, wait for the older half (bounds the list)."""
+    _pending.append(weakref.ref(a))
+    if len(_pending) > 4096:
+        old = _pending[:2048]
+        del _pending[:2048]
+        for r in old:
+            x = r()
+            if x is not None:
+                x.block_until_ready()
+
+
+def synchronize() -> None:
+    """Wait for every tracked array still alive."""
+    refs = list(_pending)
+    _pending.clear()
+    for r in refs:
+        x = r()
+        if x is not None:
+            x.block_until_ready()
 
 
 class Uninit:
@@ -106,7 +133,8 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
         return
     if type(base) is Uninit:
         base = _base(st)
-    st._tpu = views.writer(base.shape, size, t.stride(), off)(base, value)
+    st._tpu = new = views.writer(base.shape, size, t.stride(), off)(base, value)
+    track(new)
 
 
 def resize(t: torch.Tensor, size) -> None:

@@ -130,11 +130,10 @@ def get_device_properties(device=None) -> _DeviceProperties:
 
 
 def synchronize(device=None) -> None:
-    """Wait until every JAX computation producing a live array has finished."""
-    import jax
+    """Wait until every tpu computation dispatched so far (whose result is still alive) has finished."""
+    from tputool.backend import tensor
 
-    for a in jax.live_arrays():
-        a.block_until_ready()
+    tensor.synchronize()
 
 
 # ---- RNG ---------------------------------------------------------------------------------------------
