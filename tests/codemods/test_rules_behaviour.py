@@ -231,3 +231,15 @@ def test_shadowing_other_packages_keeps_the_fast_index() -> None:
 def test_comments_inside_rewritten_calls_survive() -> None:
     out, _ = port("y = x.cuda(\n    0,  # the gpu\n    non_blocking=True,  # async\n)\n")
     assert out.endswith('y = x.to(\n    torch.device("tpu", 0),  # the gpu\n    non_blocking=True,  # async\n)\n')
+
+
+def test_unused_imports_pruned_textually() -> None:
+    src = "from torch.cuda.amp import (\n    GradScaler,\n    autocast,\n)\ns = GradScaler()\nwith autocast():\n    pass\n"
+    out, _ = port(src)
+    assert out.startswith("from torch.cuda.amp import GradScaler\nimport torch\n")
+    # a mention in a string keeps the import (conservative)
+    out, _ = port('from torch.cuda.amp import autocast\nprint("autocast")\nwith autocast():\n    pass\n')
+    assert out.startswith("from torch.cuda.amp import autocast\n")
+    # a user's own unused import is never touched
+    out, _ = port("from torch.cuda import amp\nimport os\nx = y.cuda()\n")
+    assert out == 'from torch.cuda import amp\nimport os\nx = y.to("tpu")\n'

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from tputool.codemods.model import Finding, Settings
+from tputool.codemods.python.imports_prune import prune_imports
 
 # At least one of these byte strings appears in any file where a Python rule can fire; the engine skips
 # files holding none of them (tests/codemods/test_rules_fixtures.py checks every fixture input has one).
@@ -50,8 +51,7 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
         return source, findings
     if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
         new_module = AddImportsVisitor(context).transform_module(new_module)
-    if context.scratch.get(RemoveImportsVisitor.CONTEXT_KEY):
-        new_module = RemoveImportsVisitor(context).transform_module(new_module)
+    new_module = prune_imports(new_module, transformer.prune)
     return new_module.code, findings
 
 

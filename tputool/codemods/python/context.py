@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
@@ -34,6 +34,7 @@ class PortBase(cst.CSTTransformer):
         self._decided: dict[tuple[str, int, int], bool] = {}
         self.torch_alias, self.bindings = _scan_imports(wrapper.module)
         self.need_torch_import = False
+        self.prune: set[str] = set()  # bound names whose import may have become unused
         self._parents: dict[cst.CSTNode, cst.CSTNode] = {}  # original node -> original parent
         self._stack: list[cst.CSTNode] = []
         self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
@@ -169,8 +170,7 @@ class PortBase(cst.CSTTransformer):
         if isinstance(root, cst.Call):
             return self.replaced(root.func)
         if isinstance(root, cst.Name) and root.value in self.bindings:
-            module, obj, asname = self.bindings[root.value]
-            RemoveImportsVisitor.remove_unused_import(self.context, module, obj, asname)
+            self.prune.add(root.value)
 
     def finish(self) -> None:
         """Schedule the `import torch` that rewrites need."""
