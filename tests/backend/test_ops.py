@@ -137,3 +137,11 @@ def test_optimizer_steps_in_place_on_parameters():
             oc.zero_grad()
             ot.zero_grad()
         torch.testing.assert_close(p_t.detach().cpu(), p_c.detach(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2, mode="nearest"), dict(size=(5, 7), mode="bilinear"),
+                                dict(scale_factor=2.5, mode="bilinear"),
+                                dict(size=(9, 4), mode="bilinear", align_corners=True)])
+def test_interpolate_forward_backward_on_device(kw, monkeypatch):
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    run_both(lambda a: F.interpolate(a, **kw), torch.randn(2, 3, 4, 6))

@@ -173,3 +173,69 @@ def adaptive_avg_pool2d_backward(grad_output, self):
 
     _, vjp = jax.vjp(f, self.astype(_acc(self.dtype)))
     return vjp(grad_output.astype(_acc(self.dtype)))[0].astype(self.dtype)
+
+
+# ---- upsampling backward (the forwards come from PyTorch's decompositions) -----------------------
+
+def _src_scale(in_size, out_size, align_corners, scale):
+    if align_corners:
+        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    return 1.0 / scale if scale else in_size / out_size
+
+
+def _nearest_axis(x, axis, out_size, scale, exact=False):
+    n = x.shape[axis]
+    s = _src_scale(n, out_size, False, scale)
+    dst = jnp.arange(out_size, dtype=jnp.float32)
+    src = jnp.floor((dst + 0.5) * s) if exact else jnp.floor(dst * s)
+    idx = jnp.clip(src.astype(jnp.int32), 0, n - 1)
+    return jnp.take(x, idx, axis=axis)
+
+
+def _linear_axis(x, axis, out_size, align_corners, scale):
+    n = x.shape[axis]
+    s = _src_scale(n, out_size, align_corners, scale)
+    dst = jnp.arange(out_size, dtype=jnp.float32)
+    src = dst * s if align_corners else jnp.maximum((dst + 0.5) * s - 0.5, 0.0)
+    i0 = jnp.clip(jnp.floor(src).astype(jnp.int32), 0, n - 1)
+    i1 = jnp.minimum(i0 + 1, n - 1)
+    w1 = (src - i0).astype(x.dtype)
+    shape = [1] * x.ndim
+    shape[axis] = out_size
+    w1 = w1.reshape(shape)
+    return jnp.take(x, i0, axis=axis) * (1 - w1) + jnp.take(x, i1, axis=axis) * w1
+
+
+def _upsample_vjp(fwd, grad_output, input_size):
+    x = jnp.zeros(tuple(input_size), _acc(grad_output.dtype))
+    _, vjp = jax.vjp(fwd, x)
+    return vjp(grad_output.astype(x.dtype))[0].astype(grad_output.dtype)
+
+
+@lowering(aten.upsample_nearest2d_backward.default)
+def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
+    def fwd(x):
+        return _nearest_axis(_nearest_axis(x, 2, output_size[0], scales_h), 3, output_size[1], scales_w)
+
+    return _upsample_vjp(fwd, grad_output, input_size)
+
+
+@lowering(aten.upsample_nearest1d_backward.default)
+def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
+    return _upsample_vjp(lambda x: _nearest_axis(x, 2, output_size[0], scales), grad_output, input_size)
+
+
+@lowering(aten.upsample_bilinear2d_backward.default)
+def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
+                                 scales_w=None):
+    def fwd(x):
+        y = _linear_axis(x, 2, output_size[0], align_corners, scales_h)
+        return _linear_axis(y, 3, output_size[1], align_corners, scales_w)
+
+    return _upsample_vjp(fwd, grad_output, input_size)
+
+
+@lowering(aten.upsample_linear1d_backward.default)
+def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
+    return _upsample_vjp(lambda x: _linear_axis(x, 2, output_size[0], align_corners, scales), grad_output,
+                         input_size)
