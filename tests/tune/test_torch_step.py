@@ -111,6 +111,19 @@ def test_measure_one_candidate_in_process():
     assert 0 < m.step_s <= m.step_median_s
     assert m.compute_s > 0 and m.collective_s == 0 and m.compile_s > 0
     assert m.hlo_flops and m.temp_bytes > 0 and np.isfinite(m.loss)
+    # the analytic FLOP count (6N + attention, per device) agrees with XLA's own count of the step
+    from tputool.tune.cost_model import estimate
+    from tputool.tune.model_dims import model_dims
+
+    e = estimate(model_dims("llama", spec.build(cfg), cfg), Candidate(batch=2), _host())
+    assert 0.8 < m.hlo_flops / e.hfu_flops < 1.5
+
+
+def _host():
+    from tputool.tune.hardware import Hardware
+
+    return Hardware(name="cpu", n_devices=1, matmul_flops={"bf16": 1e10, "fp32": 1e10}, hbm_bytes=1e9,
+                    hbm_bw=1e10, link_bw=1e9, collective_latency_s=1e-5, kind="cpu")
 
 
 MEASURED = textwrap.dedent("""

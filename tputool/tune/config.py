@@ -104,6 +104,9 @@ def to_yaml_dict(result, row) -> dict[str, Any]:
         m = row.measurement
         doc["measured"] = {"step_s": m.step_s, "tokens_per_s": row.measured_tokens_per_s,
                            "compute_s": m.compute_s, "collective_s": m.collective_s, "compile_s": m.compile_s}
+        if m.hlo_flops:
+            # XLA counts a while/scan body once (chunked attention's lax.map): a cross-check, not the truth
+            doc["measured"]["hlo_flops_over_model_hfu"] = m.hlo_flops * e.n_devices / e.hfu_flops
     if row.compiled_memory is not None:
         doc["compiled_memory_bytes_per_device"] = row.compiled_memory
     doc["search"] = {
