@@ -1,0 +1,43 @@
+"""Compile-only TPU checks (optional extra `tpu-compile`: the libtpu wheel); skipped where it is absent."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tputool.tune.candidate import Candidate
+
+pytest.importorskip("libtpu")
+
+
+def test_compile_for_v5e_topology_reports_tpu_memory():
+    from tputool.tune import tpu_compile
+    from tputool.tune.api import resolve_model
+    from tputool.tune.hardware import tpu_hardware
+
+    rm = resolve_model("llama")
+    check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"))
+    small = check(Candidate(fsdp=8, batch=1))
+    bigger = check(Candidate(data=8, batch=8))
+    assert 0 < small < bigger < 16e9
+
+
+@pytest.mark.slow
+def test_real_out_of_memory_is_flagged():
+    """A 1.6B-parameter llama replicated on 16 GB v5e chips: the TPU compiler itself says it does not fit."""
+    from tputool.tune import tpu_compile
+    from tputool.tune.api import resolve_model
+    from tputool.tune.hardware import tpu_hardware
+    from tputool.tune.search import tune_predicted
+    from tputool.tune.space import SearchSpace
+
+    rm = resolve_model("llama", {"dim": 4096, "n_layers": 6, "n_heads": 32, "n_kv_heads": 8, "ffn_dim": 11008,
+                                 "max_seq_len": 512, "vocab_size": 32000})
+    hw = tpu_hardware("v5e:2x4")
+    hw_lying = dataclasses.replace(hw, hbm_bytes=1e15)  # the cost model alone would let everything through
+    space = SearchSpace(batches=(1,), remats=("full",), attentions=(("plain", 0),), precisions=("bf16",),
+                        meshes=((8, 1, 1),))
+    result = tune_predicted(rm.dims, hw_lying, space, rm.param_shapes, tpu_compile.compile_checker(rm, hw), top=1)
+    row = result.rows[0]
+    assert row.status == "memory", row.reason
