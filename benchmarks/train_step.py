@@ -133,9 +133,14 @@ def _sync_for(device: str) -> Callable:
         return lambda t: None
     import jax
 
+    from tputool.backend.graph.fused import materialize
     from tputool.backend.tensor import to_jax
 
-    return lambda t: jax.block_until_ready(to_jax(t.detach()))
+    def sync(t):
+        materialize(t, "benchmark sync")  # no-op unless fused eager left it pending
+        jax.block_until_ready(to_jax(t.detach()))
+
+    return sync
 
 
 def bench_tpu_eager(spec, model, x, y, steps, warmup, mode_name: str) -> tuple[float, float]:

@@ -38,10 +38,13 @@ def to_jax(t: Any) -> Any:
 
 
 def _tpu_to_jax(t: torch.Tensor) -> jax.Array:
-    global _tpu_to_jax
+    from tputool.backend.modes import EagerMode, current
     from tputool.backend.tensor import to_jax as tpu_to_jax
 
-    _tpu_to_jax = tpu_to_jax
+    if current is EagerMode.DEFER_AND_FUSE:  # a deferred value must be computed before a graph reads it
+        from tputool.backend.graph.fused import materialize
+
+        materialize(t, "compiled graph input")
     return tpu_to_jax(t)
 
 

@@ -1,0 +1,74 @@
+"""Fused eager mode (DEFER_AND_FUSE): same results as Strict, flushes at sync points, cached fused graphs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tputool.backend import events
+
+
+@pytest.fixture
+def fused(tpu_device: str):
+    from tputool.backend.graph import fused as engine
+
+    events.reset()
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    yield engine
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+
+
+def _flushes() -> dict[str, int]:
+    return {d: n for (k, d), n in events.counts.items() if k == "flush"}
+
+
+def test_ops_are_deferred_then_flushed_by_item_with_views_and_inplace(fused) -> None:
+    x, w = torch.randn(4, 3), torch.randn(3, 2)
+    y = (x.to("tpu") @ w.to("tpu")).relu() * 2 + 1
+    y.add_(1)
+    y[1:3].mul_(10)  # in-place through a view, deferred too
+    assert isinstance(y.untyped_storage()._tpu, fused.Lazy) and len(fused.TRACE.nodes) > 3
+    ref = (x @ w).relu() * 2 + 2
+    ref[1:3] *= 10
+    assert y.sum().item() == pytest.approx(ref.sum().item(), rel=1e-5)
+    torch.testing.assert_close(y.cpu(), ref)
+    assert any("_local_scalar_dense" in d for d in _flushes())  # .item() was the sync point
+
+
+def test_training_matches_strict_and_steps_reuse_one_compiled_graph(fused, tpu_device: str) -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+
+    def train(mode):
+        torch.tpu.set_eager_mode(mode)
+        m = copy.deepcopy(ref).to(tpu_device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        losses = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(x.to(tpu_device)), y.to(tpu_device))
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        out = [float(v.cpu()) for v in losses]
+        return out, {k: v.cpu() for k, v in m.state_dict().items()}
+
+    strict_losses, strict_state = train(torch.tpu.EagerMode.DEFER_NEVER)
+    events.reset()
+    fused_losses, fused_state = train(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    torch.testing.assert_close(torch.tensor(fused_losses), torch.tensor(strict_losses), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused_state, strict_state, rtol=1e-5, atol=1e-6)
+    assert _flushes().get("optimizer step") == 4
+    assert events.counts[("compile", "fused graph")] <= 3  # step 1 (state init), then one graph reused
+
+
+def test_leaving_fused_mode_flushes(fused, tpu_device: str) -> None:
+    t = torch.ones(3, device=tpu_device) * 3
+    assert isinstance(t.untyped_storage()._tpu, fused.Lazy)
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+    assert not isinstance(t.untyped_storage()._tpu, fused.Lazy)
+    assert _flushes().get("mode change") == 1
+    torch.testing.assert_close(t.cpu(), torch.full((3,), 3.0))

@@ -1,0 +1,549 @@
+"""Fused eager mode (torch.tpu.EagerMode.DEFER_AND_FUSE): ops on tpu tensors are deferred and run as one
+compiled computation at the next sync point.
+
+A TorchDispatchMode (pushed while the mode is on) sees every op. An op with a lowering is recorded as a
+node; its outputs are tpu tensors whose storage holds a `Lazy` value instead of a JAX array. In-place ops
+record their functional twin plus a write into the target's storage (through its view); view ops and
+allocations run as usual (they only touch metadata). Anything else that reads a lazy tensor (`.item()`,
+`.cpu()`, printing, `bool()` on a value, an op without a lowering) first flushes: the recorded nodes become
+one `jax.jit` function over the concrete inputs, returning every value still alive, cached in the shared
+per-op cache (`tputool.backend.cache`) under the trace's structure (ops, wiring, shapes/dtypes), so
+repeated steps reuse the compiled computation. Every `Optimizer.step` ends with a flush. Each flush is a
+"flush" event whose detail is its reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
+
+from tputool.backend import cache, events, modes, rng
+from tputool.backend import tensor as tt
+
+aten = torch.ops.aten
+MAX_NODES = 4000
+"""A trace longer than this is flushed (reason "size") to bound compile times."""
+
+PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach.default, aten.alias.default,
+               aten.lift_fresh.default}
+"""Ops that only make or relabel tensors: run as usual even on lazy tensors."""
+
+NOT_VIEWS = {aten.view.dtype}
+"""Ops whose schema says 'alias' but whose tpu kernel reads data."""
+
+
+class Lazy:
+    """The pending value of a tpu storage: output `index` of node `node` of the current trace."""
+
+    __slots__ = ("trace", "node", "index", "shape", "dtype", "value", "__weakref__")
+
+    def __init__(self, trace: Trace, node: int, index: int | None, shape: tuple, dtype: Any) -> None:
+        self.trace, self.node, self.index, self.shape, self.dtype, self.value = trace, node, index, shape, dtype, None
+
+    @property
+    def size(self) -> int:
+        """Number of elements (as jax.Array.size)."""
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        """Rank (as jax.Array.ndim)."""
+        return len(self.shape)
+
+    def force(self, reason: str = "read") -> jax.Array:
+        """The concrete value, flushing the trace if needed."""
+        if self.value is None:
+            self.trace.flush(reason)
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):  # noqa: ANN001 - numpy protocol
+        return np.asarray(self.force("host read"), dtype=dtype)
+
+
+def _static(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return tuple(_static(x) for x in v)
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    return v
+
+
+class Trace:
+    """Nodes recorded since the last flush, their concrete inputs, and every Lazy they produced."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything recorded."""
+        self.nodes: list[tuple[Callable, tuple, dict]] = []
+        self.key: list = []
+        self.ext: list = []
+        self.ext_index: dict[int, int] = {}
+        self.lazies: list[weakref.ref] = []
+        self.storages: list[tuple[weakref.ref, Lazy]] = []
+        self._node_shapes: list = []
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def _ext(self, value: Any) -> tuple:
+        i = self.ext_index.get(id(value))
+        if i is None or self.ext[i] is not value:
+            i = len(self.ext)
+            self.ext.append(value)
+            self.ext_index[id(value)] = i
+        return ("x", i)
+
+    def _ref(self, base: Any) -> tuple:
+        if isinstance(base, Lazy):
+            if base.value is not None:
+                return self._ext(base.value)
+            return ("n", base.node, base.index)
+        return self._ext(base)
+
+    def tensor_ref(self, t: torch.Tensor) -> tuple:
+        """A reference to tensor `t`'s value (through its view) for a node argument."""
+        if t.device.type != "tpu":
+            return self._ext(tt.cpu_to_jax(t))
+        st = t.untyped_storage()
+        base = st._tpu
+        if type(base) is tt.Uninit:
+            tt.to_jax(t)  # materializes the zeros
+            base = st._tpu
+        size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
+        whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
+        if whole and tuple(base.shape) == size:
+            return self._ref(base)
+        ref = self._ref(base)
+        if whole:
+            fn, key = _reshape_fn(size), ("reshape", size)
+        else:
+            fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
+        (out,) = self.add(fn, key, ((ref,),), [("T",)], {}, {})
+        return ("n", out.node, out.index)
+
+    # -- nodes ----------------------------------------------------------------------------------------
+    def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict, kw_kinds: dict) -> list[Lazy]:
+        """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output."""
+        desc = (fn_key, tuple(_desc(a, k) for a, k in zip(args, kinds, strict=True)),
+                tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())))
+        shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
+        idx = len(self.nodes)
+        self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
+        self.key.append(desc)
+        single = not isinstance(shapes, tuple | list)
+        outs = [Lazy(self, idx, None if single else j, tuple(s.shape), s.dtype)
+                for j, s in enumerate([shapes] if single else shapes)]
+        self.lazies.extend(weakref.ref(o) for o in outs)
+        return outs
+
+    def _abstract(self, ref: tuple) -> Any:
+        if ref[0] == "x":
+            v = self.ext[ref[1]]
+            return v if isinstance(v, int | float) else jax.ShapeDtypeStruct(v.shape, v.dtype)
+        node_outs = self._node_shapes[ref[1]]
+        return node_outs if ref[2] is None else node_outs[ref[2]]
+
+    def _shapes(self, fn, desc, args, kinds, kwargs, kw_kinds):
+        sig = (desc, tuple(_arg_shapes(a, k, self) for a, k in zip(args, kinds, strict=True)),
+               tuple(sorted((n, _arg_shapes(v, kw_kinds[n], self)) for n, v in kwargs.items())))
+        out = _SHAPE_CACHE.get(sig)
+        if out is None:
+            abs_args = [_resolve(a, k, self._abstract) for a, k in zip(args, kinds, strict=True)]
+            abs_kw = {n: _resolve(v, kw_kinds[n], self._abstract) for n, v in kwargs.items()}
+            is_abs = lambda x: isinstance(x, jax.ShapeDtypeStruct)  # noqa: E731
+            flat, tree = jax.tree_util.tree_flatten((abs_args, abs_kw), is_leaf=is_abs)
+            dyn = [i for i, x in enumerate(flat) if is_abs(x)]
+
+            def concrete(*d):
+                f = list(flat)
+                for i, v in zip(dyn, d, strict=True):
+                    f[i] = v
+                a, k = jax.tree_util.tree_unflatten(tree, f)
+                return fn(*a, **k)
+
+            out = jax.eval_shape(concrete, *[flat[i] for i in dyn])
+            _SHAPE_CACHE[sig] = out
+        self._node_shapes.append(out)
+        return out
+
+    # -- running --------------------------------------------------------------------------------------
+    def flush(self, reason: str) -> None:
+        """Compile (or reuse) and run everything recorded; store the results in their storages."""
+        if not self.nodes:
+            return
+        live = [lz for r in self.lazies if (lz := r()) is not None and lz.value is None]
+        outs = tuple((lz.node, lz.index) for lz in live)
+        key = ("fused", tuple(self.key), tuple(_ext_sig(v) for v in self.ext), outs)
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache.put(key, jax.jit(_runner(list(self.nodes), outs)))
+        results = cache.call(fn, "fused graph", *self.ext)
+        for lz, r in zip(live, results, strict=True):
+            lz.value = r
+        for stref, lz in self.storages:
+            st = stref()
+            if st is not None and getattr(st, "_tpu", None) is lz:
+                st._tpu = lz.value
+        events.record("flush", reason)
+        self.reset()
+
+
+_SHAPE_CACHE: dict = {}
+
+
+def _ext_sig(v: Any) -> tuple:
+    if isinstance(v, int | float):
+        return ("py", type(v))
+    return (v.shape, v.dtype)
+
+
+def _desc(a: Any, kind: tuple) -> Any:
+    k = kind[0]
+    if k == "T":
+        return a[0] if a[0][0] == "n" else ("x",)
+    if k == "L":
+        return ("L", tuple(None if r is None else (r if r[0] == "n" else ("x",)) for r in a))
+    if k == "d":
+        return ("d", type(a))
+    if k == "D":
+        return ("D", len(a))
+    return ("s", _static(a))
+
+
+def _arg_shapes(a: Any, kind: tuple, trace: Trace) -> Any:
+    k = kind[0]
+    if k == "T":
+        return _shape_of(a[0], trace)
+    if k == "L":
+        return tuple(None if r is None else _shape_of(r, trace) for r in a)
+    return None
+
+
+def _shape_of(ref: tuple, trace: Trace) -> tuple:
+    s = trace._abstract(ref)
+    return (s.shape, s.dtype) if hasattr(s, "shape") else ("py", s)
+
+
+def _resolve(a: Any, kind: tuple, get: Callable) -> Any:
+    k = kind[0]
+    if k == "T":
+        return get(a[0])
+    if k == "L":
+        return [None if r is None else get(r) for r in a]
+    if k == "d":
+        return get(a)
+    if k == "D":
+        return [get(r) for r in a]
+    return a
+
+
+def _runner(nodes: list, outs: tuple) -> Callable:
+    def run(*ext):
+        vals: list = []
+
+        def get(ref):
+            if ref[0] == "x":
+                return ext[ref[1]]
+            v = vals[ref[1]]
+            return v if ref[2] is None else v[ref[2]]
+
+        for fn, args, kinds, kwargs, kw_kinds in nodes:
+            a = [_resolve(x, k, get) for x, k in zip(args, kinds, strict=True)]
+            kw = {n: _resolve(v, kw_kinds[n], get) for n, v in kwargs.items()}
+            vals.append(fn(*a, **kw))
+        return tuple(vals[n] if i is None else vals[n][i] for n, i in outs)
+
+    return run
+
+
+@functools.cache
+def _reshape_fn(size: tuple) -> Callable:
+    return lambda x: x.reshape(size)
+
+
+@functools.cache
+def _read_fn(size: tuple, stride: tuple, off: int) -> Callable:
+    from tputool.backend.views import strided_read
+
+    return lambda base: strided_read(base.reshape(-1), size, stride, off)
+
+
+@functools.cache
+def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callable:
+    from tputool.backend.views import strided_write
+
+    return lambda base, v: strided_write(base.reshape(-1), v, size, stride, off).reshape(base_shape)
+
+
+@functools.cache
+def _cast_fn(fn: Callable, dtypes: tuple, shapes: tuple, rng_words: bool) -> Callable:
+    def cast(*args, **kwargs):
+        if rng_words:
+            kwargs = {**kwargs, "rng_key": rng.key_from_words(kwargs.pop("rng_words"))}
+        out = fn(*args, **kwargs)
+        if dtypes is None:
+            return out
+        outs = out if isinstance(out, tuple | list) else (out,)
+        return tuple(jax.numpy.broadcast_to(o.astype(d), s) for o, d, s in zip(outs, dtypes, shapes, strict=False))
+
+    return cast
+
+
+TRACE = Trace()
+
+
+# ---- the dispatch mode ------------------------------------------------------------------------------
+
+def _tensors(args: tuple, kwargs: dict) -> list:
+    out = []
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out.extend(x for x in v if isinstance(x, torch.Tensor))
+    return out
+
+
+def _has_lazy(args: Any, kwargs: dict) -> bool:
+    for x in _tensors(args, kwargs):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu" and isinstance(
+                getattr(x.untyped_storage(), "_tpu", None), Lazy):
+            return True
+    return False
+
+
+def _is_data_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "tpu" and tt.has_data(x)
+
+
+def _is_view(op: torch._ops.OpOverload) -> bool:
+    rets = op._schema.returns
+    return bool(rets) and op not in NOT_VIEWS and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in rets)
+
+
+def _table() -> dict:
+    from tputool.backend.graph.extra_lowerings import cached_graph_table
+
+    return cached_graph_table()
+
+
+class FuseMode(TorchDispatchMode):
+    """Defers ops on tpu tensors into TRACE (see the module docstring)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
+        kwargs = kwargs or {}
+        tensors = _tensors(args, kwargs)
+        if not any(_is_data_tensor(x) for x in tensors) and func not in _FACTORIES:
+            return func(*args, **kwargs)
+        if _composite_implicit(func):  # e.g. to/reshape/contiguous: their parts come back through this mode
+            with self:
+                return func.decompose(*args, **kwargs)
+        if func in PASSTHROUGH or _is_view(func):
+            return func(*args, **kwargs)
+        handled = _record(func, args, kwargs)
+        if handled is not NotImplemented:
+            if len(TRACE.nodes) > MAX_NODES:
+                TRACE.flush("size")
+            return handled
+        decomp = _decomposition(func)
+        if decomp is not None:
+            with self:  # its smaller ops come back through this mode
+                out = decomp(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if _has_lazy(args, kwargs):
+            TRACE.flush(str(func))
+        return func(*args, **kwargs)
+
+
+_FACTORIES: set = set()
+
+
+@functools.cache
+def _composite_implicit(func: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+@functools.cache
+def _decomposition(func: torch._ops.OpOverload) -> Callable | None:
+    """PyTorch's decomposition of a functional op without a lowering (in-place/out= ops excluded)."""
+    from torch._decomp import decomposition_table
+
+    if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
+        return None
+    return decomposition_table.get(func)
+
+
+def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -> tuple | None:
+    """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred."""
+    schema = {a.name: a for a in op._schema.arguments}
+    pos_schema = [a for a in op._schema.arguments if not a.kwarg_only]
+
+    def conv(v, a):
+        if isinstance(v, torch.Tensor):
+            if v.device.type == "tpu" and not tt.has_data(v):
+                return None
+            if v.device.type not in ("tpu", "cpu") or (v.device.type == "cpu" and v.dim() != 0):
+                return None
+            return (trace.tensor_ref(v),), ("T",)
+        if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
+            refs = []
+            for x in v:
+                if x is None:
+                    refs.append(None)
+                elif isinstance(x, torch.Tensor) and (x.device.type == "tpu" and tt.has_data(x)):
+                    refs.append(trace.tensor_ref(x))
+                else:
+                    return None
+            return refs, ("L",)
+        if (a is not None and isinstance(a.type, torch._C.ListType) and isinstance(a.type.getElementType(),
+                torch._C.NumberType) and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v)):
+            return [trace._ext(x) for x in v], ("D",)
+        if (a is not None and isinstance(a.type, torch._C.NumberType) and type(v) in (int, float)
+                and not (a.has_default_value() and v == a.default_value)):
+            return trace._ext(v), ("d",)
+        return v, ("s",)
+
+    out_args, kinds = [], []
+    for i, v in enumerate(args):
+        r = conv(v, pos_schema[i] if i < len(pos_schema) else None)
+        if r is None:
+            return None
+        out_args.append(r[0])
+        kinds.append(r[1])
+    out_kw, kw_kinds = {}, {}
+    for n, v in kwargs.items():
+        r = conv(v, schema.get(n))
+        if r is None:
+            return None
+        out_kw[n], kw_kinds[n] = r
+    return tuple(out_args), kinds, out_kw, kw_kinds
+
+
+@functools.cache
+def _plan(func: torch._ops.OpOverload) -> tuple:
+    """(written argument positions, functional twin) of `func`, computed once."""
+    from tputool.backend.dispatch import functional_of
+
+    written = [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    return written, (functional_of(func) if written else None)
+
+
+def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    if func is aten._to_copy.default and kwargs.get("device") is not None and torch.device(
+            kwargs["device"]).type != "tpu":
+        return NotImplemented
+    table = _table()
+    written, fop = _plan(func)
+    if written and (fop is None or func._schema.arguments[written[0]].kwarg_only):
+        return NotImplemented  # out= variants run eagerly
+    low = table.get(fop if written else func)
+    if low is None:
+        return NotImplemented
+    if written:
+        names = [a.name for a in func._schema.arguments]
+        vals = list(args) + [kwargs.get(n) for n in names[len(args):]]
+        targets = vals[written[0]]
+        targets = list(targets) if isinstance(targets, list | tuple) else [targets]
+        if not all(_is_data_tensor(t) for t in targets):
+            return NotImplemented
+    conv = _kinds(func, args, kwargs, TRACE)
+    if conv is None:
+        return NotImplemented
+    a, kinds, kw, kw_kinds = conv
+    if low.needs_rng:
+        kw = {**kw, "rng_words": TRACE._ext(rng.next_words())}
+        kw_kinds = {**kw_kinds, "rng_words": ("d",)}
+    if not written:
+        fn = _cast_fn(low.fn, None, None, low.needs_rng)
+        outs = TRACE.add(fn, (str(func),), a, kinds, kw, kw_kinds)
+        res = [_new_tensor(o) for o in outs]
+        rets = func._schema.returns
+        if len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType):
+            return res
+        return res[0] if len(rets) == 1 else tuple(res)
+    dts = tuple(tt.dtypes.to_np(t.dtype) for t in targets)
+    shapes = tuple(tuple(t.shape) for t in targets)
+    fn = _cast_fn(low.fn, dts, shapes, low.needs_rng)
+    outs = TRACE.add(fn, (str(func), dts, shapes), a, kinds, kw, kw_kinds)
+    for t, o in zip(targets, outs, strict=True):
+        _write(t, o)
+    return vals[written[0]] if func._schema.returns else None
+
+
+def _new_tensor(lz: Lazy) -> torch.Tensor:
+    t = torch._C._acc.create_empty_tensor(lz.shape, tt.dtypes.NP_TO_TORCH[np.dtype(lz.dtype)])
+    st = t.untyped_storage()
+    st._tpu = lz
+    TRACE.storages.append((weakref.ref(st), lz))
+    return t
+
+
+def _write(t: torch.Tensor, value: Lazy) -> None:
+    st = t.untyped_storage()
+    base = st._tpu
+    if type(base) is tt.Uninit:
+        base = tt._base(st)
+    size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
+    whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
+    ref = ("n", value.node, value.index)
+    if whole and tuple(base.shape) == size:
+        new = value
+    elif whole:
+        (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [("T",)], {}, {})
+    else:
+        bref = TRACE._ref(base)
+        fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
+        (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
+                           [("T",), ("T",)], {}, {})
+    st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
+    TRACE.storages.append((weakref.ref(st), new))
+
+
+# ---- turning the mode on and off ---------------------------------------------------------------------
+
+_mode: FuseMode | None = None
+
+
+def materialize(t: torch.Tensor, reason: str = "read") -> None:
+    """Make sure tpu tensor `t` holds a concrete JAX array (flushing the trace if it is pending)."""
+    base = getattr(t.untyped_storage(), "_tpu", None)
+    if isinstance(base, Lazy):
+        t.untyped_storage()._tpu = base.force(reason)
+
+
+def flush(reason: str = "explicit") -> None:
+    """Run everything deferred so far (no-op when nothing is pending)."""
+    TRACE.flush(reason)
+
+
+def _on_mode_change(old: modes.EagerMode, new: modes.EagerMode) -> None:
+    global _mode
+    fused = modes.EagerMode.DEFER_AND_FUSE
+    if new is fused and _mode is None:
+        _mode = FuseMode()
+        _push_mode(_mode)
+    elif new is not fused and _mode is not None:
+        TRACE.flush("mode change")
+        _pop_mode()
+        _mode = None
+
+
+def _after_optimizer_step(optimizer, args, kwargs) -> None:  # noqa: ANN001 - torch hook signature
+    if _mode is not None:
+        TRACE.flush("optimizer step")
+
+
+modes.set_fuse_hook(_on_mode_change)
+from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
+
+register_optimizer_step_post_hook(_after_optimizer_step)
