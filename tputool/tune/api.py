@@ -75,9 +75,9 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
 
     devices = jax.devices()
     platform = devices[0].platform
-    hw = calibrate_host(devices, memory_bytes=hbm_bytes * len(devices) if hbm_bytes else None)
     if platform != "cpu":
         raise UserError(f"measured mode calibrates for CPU devices; found {platform}: use --target for TPUs")
+    hw = calibrate_host(devices, memory_bytes=hbm_bytes * len(devices) if hbm_bytes else None)
     label = f"CPU measurements on {len(devices)} {'simulated ' if len(devices) > 1 else ''}CPU devices " \
             "(they validate, not rank, TPU strategies)"
     return tune_measured(rm.dims, hw, space, measured_runner(rm, steps), fraction, rm.param_shapes,
