@@ -143,3 +143,16 @@ def test_model_dims_from_builtin_llama():
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.seq, m.vocab) == (2, 64, 4, 2, 32, 256)
     # tied embedding: the head matmul counts it once; norms (1-D) do not count
     assert m.matmul_params == sum(p.numel() for p in module.parameters() if p.dim() >= 2)
+
+
+def test_hardware_for_visible_tpu_devices():
+    from types import SimpleNamespace
+
+    from tputool.tune.hardware import tpu_hardware_for_devices
+
+    hw = tpu_hardware_for_devices([SimpleNamespace(device_kind="TPU v6 lite")] * 8)
+    assert hw.n_devices == 8 and hw.slice.topology == (2, 4) and hw.matmul_flops["bf16"] == 918e12
+    hw7 = tpu_hardware_for_devices([SimpleNamespace(device_kind="TPU7x")] * 8)
+    assert hw7.slice.n_chips == 4 and hw7.n_devices == 8
+    with pytest.raises(UserError):
+        tpu_hardware_for_devices([SimpleNamespace(device_kind="TPU v5 lite")] * 3)

@@ -75,10 +75,16 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
 
     devices = jax.devices()
     platform = devices[0].platform
-    if platform != "cpu":
-        raise UserError(f"measured mode calibrates for CPU devices; found {platform}: use --target for TPUs")
-    hw = calibrate_host(devices, memory_bytes=hbm_bytes * len(devices) if hbm_bytes else None)
-    label = f"CPU measurements on {len(devices)} {'simulated ' if len(devices) > 1 else ''}CPU devices " \
-            "(they validate, not rank, TPU strategies)"
+    if platform == "tpu":
+        from tputool.tune.hardware import tpu_hardware_for_devices
+
+        hw = tpu_hardware_for_devices(devices)
+        label = f"TPU measurements on {len(devices)} x {devices[0].device_kind}"
+    elif platform == "cpu":
+        hw = calibrate_host(devices, memory_bytes=hbm_bytes * len(devices) if hbm_bytes else None)
+        label = f"CPU measurements on {len(devices)} {'simulated ' if len(devices) > 1 else ''}CPU devices " \
+                "(they validate, not rank, TPU strategies)"
+    else:
+        raise UserError(f"measured mode runs on TPU or CPU devices, found {platform}; use --target to predict")
     return tune_measured(rm.dims, hw, space, measured_runner(rm, steps), fraction, rm.param_shapes,
                          progress, label)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tputool.tune.slices import Slice, mesh_axis_bandwidth, parse_target
+from tputool.errors import UserError
+from tputool.tune.slices import Slice, chip_by_name, mesh_axis_bandwidth, parse_target
+from tputool.tune.specs import DEFAULT_TOPOLOGIES
 
 FP32_MATMUL_PASSES = 6
 """On TPU an fp32 matmul at HIGHEST precision runs as 6 bf16 MXU passes (JAX's bf16_6x)."""
@@ -51,3 +53,13 @@ def tpu_hardware(target: str | Slice) -> Hardware:
         hbm_bytes=chip.hbm_bytes, hbm_bw=chip.hbm_bw, link_bw=2 * chip.ici_bw_per_link,
         collective_latency_s=chip.ici_latency_s, mxu=chip.mxu, kind="tpu", slice=sl,
     )
+
+
+def tpu_hardware_for_devices(devices: list) -> Hardware:
+    """Hardware for the TPU devices this process sees (generation from device_kind, standard slice shape)."""
+    chip = chip_by_name(devices[0].device_kind)
+    n_chips = max(1, len(devices) // chip.devices_per_chip)
+    topo = DEFAULT_TOPOLOGIES[chip.torus_dims].get(n_chips)
+    if topo is None:
+        raise UserError(f"{len(devices)} {chip.name} devices do not form a standard slice")
+    return tpu_hardware(Slice(chip, topo))
