@@ -406,8 +406,3 @@ def log_sigmoid_backward(grad_output, self, buffer):
     comp, res = promote(KIND.DEFAULT, grad_output, self)
     return (cast(grad_output, comp) * jax.nn.sigmoid(-cast(self, comp))).astype(res)
 
-
-@lowering(aten.polygamma.default)
-def polygamma(n, self):
-    comp, res = promote(KIND.INT_TO_FLOAT, self)
-    return jsp.polygamma(n, cast(self, comp)).astype(res)
