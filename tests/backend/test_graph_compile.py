@@ -42,7 +42,8 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["mlp", "llama"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "llama", pytest.param("vit", marks=pytest.mark.slow),
+                                  pytest.param("moe", marks=pytest.mark.slow)])
 def test_forward_and_grads_match_eager_and_cpu(name: str, dev: str) -> None:
     spec = MODELS[name]
     cfg = spec.config(tie_embeddings=False) if name == "llama" else spec.config()
