@@ -34,7 +34,8 @@ _enable_persistent_jax_cache()
 
 @pytest.fixture
 def tpu_device() -> str:
-    """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves).
+    """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves), in the
+    eager mode $TPUTOOL_TEST_EAGER_MODE (a torch.tpu.EagerMode member name) if set.
 
     Skips when no tensor can be made there; tests/backend/test_opinfo.py::test_device_available fails then.
     """
@@ -43,6 +44,9 @@ def tpu_device() -> str:
         torch.ones(1, device=name)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no {name} device (see test_opinfo.py::test_device_available): {_opinfo.first_line(e)}")
+    mode = os.environ.get("TPUTOOL_TEST_EAGER_MODE")  # e.g. DEFER_AND_FUSE: run these tests in that mode
+    if mode and name == "tpu":
+        torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode))
     return name
 
 
