@@ -1,8 +1,9 @@
 """OpInfo sweep of the bundled `tpu` backend against CPU (forward, backward, random ops by distribution).
 
 One test per (OpInfo, dtype); every sample of the op runs inside it. CI runs the representative slice
-in `_opinfo_tables.CI_SLICE`; the full sweep (every OpInfo) is marked slow: `pytest -m slow
-tests/backend/test_opinfo.py`. Settings (environment):
+in `_opinfo_tables.CI_SLICE`; every other OpInfo is marked slow, so the full sweep is
+`pytest -m '' tests/backend/test_opinfo.py` (add `-k float32` for one dtype; ~20 min float32 on 2 cores).
+A summary grouped by cause is printed at the end and a JSON report written. Settings (environment):
   TPUTOOL_OPINFO_MAX_SAMPLES  samples per op and dtype, the first N the OpInfo yields (default 8 in the
                               CI slice, 3 in the rest of the full sweep)
   TPUTOOL_OPINFO_BUDGET_S     seconds per op and dtype before remaining samples are dropped (default 30)
