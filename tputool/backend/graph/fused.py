@@ -37,6 +37,16 @@ PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach
 """Ops that only make or relabel tensors: run as usual even on lazy tensors."""
 
 NOT_VIEWS = {aten.view.dtype}
+
+SYNC_REASONS = {
+    aten._local_scalar_dense.default: ".item() / bool() / a Python number from a tensor",
+    aten._to_copy.default: "copy to another device (.cpu(), .to())",
+    aten.copy_.default: "copy between devices",
+    aten.equal.default: "torch.equal",
+    aten.nonzero.default: "data-dependent shape (nonzero)",
+    aten.masked_select.default: "data-dependent shape (masked_select)",
+}
+"""Flush reasons for the usual sync points; other flushes name the op that needed concrete data."""
 """Ops whose schema says 'alias' but whose tpu kernel reads data."""
 
 
@@ -361,7 +371,7 @@ class FuseMode(TorchDispatchMode):
             if out is not NotImplemented:
                 return out
         if _has_lazy(args, kwargs):
-            TRACE.flush(str(func))
+            TRACE.flush(SYNC_REASONS.get(func) or f"{func} (no lowering)")
         return func(*args, **kwargs)
 
 
