@@ -242,6 +242,8 @@ def is_cuda_attr(t: PortBase, orig: cst.Attribute, upd: cst.Attribute) -> cst.Ba
     parent = t.parent(orig)
     if isinstance(parent, cst.Assign | cst.AssignTarget) and getattr(parent, "target", None) is orig:
         return upd
+    if isinstance(parent, cst.Call) and parent.func is orig:
+        return upd  # `x.is_cuda()` is some other API, not the tensor property
     if not t.fire("TPU111", orig):
         return upd
     text = f'{t.code(upd.value)}.device.type == "tpu"'
