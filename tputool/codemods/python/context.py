@@ -187,8 +187,8 @@ def _is_dotted(node: cst.BaseExpression) -> bool:
 def _scan_imports(module: cst.Module) -> tuple[str | None, dict[str, tuple[str, str | None, str | None]]]:
     """The name bound to the torch module (if any) and the removable import bindings at module level.
 
-    bindings maps a bound name to (module, obj, asname) as RemoveImportsVisitor wants them; `import torch`
-    itself is never listed.
+    bindings maps a bound name to (module, obj, asname); a rewrite of a name listed here makes its import a
+    candidate for imports_prune.prune_imports. `import torch` itself is never listed.
     """
     torch_alias: str | None = None
     bindings: dict[str, tuple[str, str | None, str | None]] = {}
