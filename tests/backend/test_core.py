@@ -290,3 +290,9 @@ def test_dataloader_pin_memory_with_tpu_accelerator():
     batches = [(xb.to(T, non_blocking=True), yb.to(T)) for xb, yb in DataLoader(ds, batch_size=4, pin_memory=True)]
     assert len(batches) == 2 and batches[0][0].device.type == T
     same(batches[1][1], torch.arange(4, 8))
+
+
+def test_shape_errors_are_runtime_errors_naming_the_op():
+    x = torch.ones(2, 3, device=T)
+    with pytest.raises(RuntimeError, match="aten.mm"):
+        x @ x

@@ -116,6 +116,10 @@ class LoweredOp:
             return self.call(args, kwargs)
         except Unsupported:
             return fallback.run_on_cpu(self.op, args, kwargs)
+        except (TypeError, ValueError, IndexError) as e:
+            # JAX reports bad shapes/arguments while tracing; PyTorch code expects a RuntimeError (and a
+            # TypeError inside `a @ b` would turn into "unsupported operand").
+            raise RuntimeError(f"{self.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
 
     def __init__(self, op: torch._ops.OpOverload, low: Lowering, sig_op: torch._ops.OpOverload | None = None):
         self.op = op
