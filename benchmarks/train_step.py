@@ -41,21 +41,23 @@ def _load_jax_llama():
 
 
 ROUNDS = 3
-"""Each row is timed in ROUNDS rounds of `steps` steps; the best round's median is kept (the machine is shared)."""
+"""Rows are timed in ROUNDS interleaved rounds of `steps` steps each; per row the best round's median is kept
+(the machine may be shared: interleaving exposes every row to the same load)."""
+
+
+def _median_ms(step: Callable[[], None], steps: int) -> float:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 
 
 def _time(step: Callable[[], None], steps: int, warmup: int) -> float:
     for _ in range(warmup):
         step()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-        best = min(best, statistics.median(times))
-    return best * 1e3
+    return min(_median_ms(step, steps) for _ in range(ROUNDS))
 
 
 def _setup(config: str, batch: int):
@@ -72,8 +74,8 @@ def _setup(config: str, batch: int):
     return spec, cfg, model, x, y
 
 
-def bench_jax(spec, cfg, model, x, y, steps, warmup) -> tuple[float, float]:
-    """(train ms, forward ms) of the hand-written JAX model."""
+def bench_jax(spec, cfg, model, x, y) -> tuple[Callable, Callable]:
+    """(train step, forward) callables of the hand-written JAX model."""
     import jax
     import jax.numpy as jnp
 
@@ -90,12 +92,12 @@ def bench_jax(spec, cfg, model, x, y, steps, warmup) -> tuple[float, float]:
     def fwd():
         jax.block_until_ready(infer(state["p"], tx))
 
-    return _time(step, steps, warmup), _time(fwd, steps, warmup)
+    return step, fwd
 
 
-def bench_torch(spec, model, x, y, steps, warmup, device: str, compile_backend: str | None,
-                compile_opt: bool = False) -> tuple[float, float]:
-    """(train ms, forward ms) of the torch model on `device`, eager or torch.compile'd with `compile_backend`."""
+def bench_torch(spec, model, x, y, device: str, compile_backend: str | None,
+                compile_opt: bool = False) -> tuple[Callable, Callable]:
+    """(train step, forward) callables of the torch model on `device`, eager or compiled with `compile_backend`."""
     import torch
 
     if device == "tpu":
@@ -125,7 +127,7 @@ def bench_torch(spec, model, x, y, steps, warmup, device: str, compile_backend: 
         with torch.no_grad():
             sync(fm(xd))
 
-    return _time(step, steps, warmup), _time(fwd, steps, warmup)
+    return step, fwd
 
 
 def _sync_for(device: str) -> Callable:
@@ -143,15 +145,22 @@ def _sync_for(device: str) -> Callable:
     return sync
 
 
-def bench_tpu_eager(spec, model, x, y, steps, warmup, mode_name: str) -> tuple[float, float]:
-    """(train ms, forward ms) in eager mode `mode_name` (DEFER_NEVER or DEFER_AND_FUSE) on the tpu device."""
+def bench_tpu_eager(spec, model, x, y, mode_name: str) -> tuple[Callable, Callable]:
+    """(train step, forward) callables in eager mode `mode_name` (DEFER_NEVER / DEFER_AND_FUSE) on tpu."""
     import torch
 
-    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode_name))
-    try:
-        return bench_torch(spec, model, x, y, steps, warmup, "tpu", None)
-    finally:
-        torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+    mode = getattr(torch.tpu.EagerMode, mode_name)
+    with torch.tpu.eager_mode(mode):
+        step, fwd = bench_torch(spec, model, x, y, "tpu", None)
+
+    def in_mode(fn):
+        def run():
+            with torch.tpu.eager_mode(mode):
+                fn()
+
+        return run
+
+    return in_mode(step), in_mode(fwd)
 
 
 TORCHAX_CHILD = """
@@ -225,25 +234,36 @@ def main(argv: list[str] | None = None) -> None:
 
     spec, cfg, model, x, y = _setup(args.config, args.batch)
     n, w = args.steps, args.warmup
-    runs: dict[str, Callable[[], tuple[float, float]]] = {
-        "jax": lambda: bench_jax(spec, cfg, model, x, y, n, w),
-        "tpu-compile": lambda: bench_torch(spec, model, x, y, n, w, "tpu", "tpu", compile_opt=True),
+    runs: dict[str, Callable[[], tuple]] = {
+        "jax": lambda: bench_jax(spec, cfg, model, x, y),
+        "tpu-compile": lambda: bench_torch(spec, model, x, y, "tpu", "tpu", compile_opt=True),
         "torchax": lambda: bench_torchax(args.torchax_path, args.config, args.batch, n, w),
-        "cpu-eager": lambda: bench_torch(spec, model, x, y, n, w, "cpu", None),
-        "cpu-inductor": lambda: bench_torch(spec, model, x, y, n, w, "cpu", "inductor"),
-        "tpu-strict": lambda: bench_tpu_eager(spec, model, x, y, n, w, "DEFER_NEVER"),
-        "tpu-fused": lambda: bench_tpu_eager(spec, model, x, y, n, w, "DEFER_AND_FUSE"),
+        "cpu-eager": lambda: bench_torch(spec, model, x, y, "cpu", None),
+        "cpu-inductor": lambda: bench_torch(spec, model, x, y, "cpu", "inductor"),
+        "tpu-strict": lambda: bench_tpu_eager(spec, model, x, y, "DEFER_NEVER"),
+        "tpu-fused": lambda: bench_tpu_eager(spec, model, x, y, "DEFER_AND_FUSE"),
     }
-    results: dict[str, tuple[float, float] | str] = {}
+    results: dict[str, tuple | str] = {}
     for r in rows:
         try:
             results[r] = runs[r]()
+            if callable(results[r][0]):
+                for fn in results[r]:
+                    for _ in range(w):
+                        fn()
         except Exception as e:  # noqa: BLE001 - a row that cannot run is reported, not fatal
             if os.environ.get("BENCH_DEBUG"):
                 traceback.print_exc()
             results[r] = f"n/a: {type(e).__name__}: {str(e).strip().splitlines()[0][:100] if str(e).strip() else ''}"
+    timed = [r for r in rows if isinstance(results[r], tuple) and callable(results[r][0])]
+    best = {r: [float("inf"), float("inf")] for r in timed}
+    for _ in range(ROUNDS):
+        for r in timed:
+            for i, fn in enumerate(results[r]):
+                best[r][i] = min(best[r][i], _median_ms(fn, n))
+    results.update({r: tuple(best[r]) for r in timed})
     print(f"llama {args.config} (dim {cfg.dim}, {cfg.n_layers} layers), batch {args.batch}x{cfg.max_seq_len}, "
-          f"best of {ROUNDS} rounds' medians of {n} steps, after {w} warm-up")
+          f"best of {ROUNDS} interleaved rounds' medians of {n} steps, after {w} warm-up")
     ref = results.get("jax")
     print(f"{'row':<14}{'train ms':>10}{'x jax':>8}{'fwd ms':>10}{'x jax':>8}")
     for r in rows:
