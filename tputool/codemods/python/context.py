@@ -6,10 +6,11 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
 from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
 from tputool.codemods.python.names import ImportIndex, resolve
+from tputool.codemods.python.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.codemods.rules_table import RULES
 
@@ -25,7 +26,7 @@ class PortBase(cst.CSTTransformer):
         self.context = context
         self.wrapper = wrapper
         self.index = index
-        self._positions = None  # PositionProvider data, computed on the first finding
+        self._positions: dict[cst.CSTNode, tuple[int, int]] | None = None  # computed on the first finding
         self._has_suppressions = "tputool" in source
         self.path = path
         self.settings = settings
@@ -101,9 +102,9 @@ class PortBase(cst.CSTTransformer):
     def pos(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, column) of an original node."""
         if self._positions is None:
-            self._positions = self.wrapper.resolve(PositionProvider)
+            self._positions = start_positions(self.wrapper.module)
         p = self._positions.get(node)
-        return (p.start.line, p.start.column + 1) if p is not None else (1, 1)
+        return (p[0], p[1] + 1) if p is not None else (1, 1)
 
     def statement_line(self, node: cst.CSTNode) -> int:
         """First line of the statement that holds an original node."""
