@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
@@ -15,6 +17,7 @@ from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.codemods.rules_table import RULES
 
 _EMPTY = cst.Module(body=[])
+_ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z][A-Za-z]*_\w+$")
 
 
 class PortBase(cst.CSTTransformer):
@@ -85,15 +88,39 @@ class PortBase(cst.CSTTransformer):
             return orig.args[i]
         return orig
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # on_visit_attribute/on_leave_attribute below skip libcst's per-field lookups: no such handlers.
+        bad = [n for n in dir(cls) if _ATTRIBUTE_HANDLER.match(n) and _handler(cls, n) is not None]
+        if bad:
+            raise TypeError(f"{cls.__name__}: attribute handlers are not dispatched: {bad}")
+        cls._dispatch = {}
+
+    def _handlers(self, kind: type) -> tuple:
+        """The (visit_X, leave_X) functions of this class for node type X (None where absent), cached."""
+        name = kind.__name__
+        found = (_handler(type(self), f"visit_{name}"), _handler(type(self), f"leave_{name}"))
+        self._dispatch[kind] = found
+        return found
+
     def on_visit(self, node: cst.CSTNode) -> bool:
+        # Same as CSTTransformer.on_visit, with the handler lookup cached per node type.
         if self._stack:
             self._parents[node] = self._stack[-1]
         self._stack.append(node)
-        return super().on_visit(node)
+        visit = (self._dispatch.get(type(node)) or self._handlers(type(node)))[0]
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node, updated_node):
         self._stack.pop()
-        return super().on_leave(original_node, updated_node)
+        leave = (self._dispatch.get(type(original_node)) or self._handlers(type(original_node)))[1]
+        return updated_node if leave is None else leave(self, original_node, updated_node)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of an original node (None at the module); known for every node visited so far."""
@@ -177,6 +204,12 @@ class PortBase(cst.CSTTransformer):
         """Schedule the `import torch` that rewrites need."""
         if self.need_torch_import:
             AddImportsVisitor.add_needed_import(self.context, "torch")
+
+
+def _handler(cls: type, name: str):
+    """The function `cls.<name>`, or None when absent or one of libcst's no-op stubs."""
+    fn = getattr(cls, name, None)
+    return None if fn is None or getattr(fn, "_is_no_op", False) else fn
 
 
 def _is_dotted(node: cst.BaseExpression) -> bool:
