@@ -8,9 +8,6 @@ tests/codemods/test_positions.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
@@ -45,14 +42,25 @@ class _StartState(CodegenState):
     def after_codegen(self, node: cst.CSTNode) -> None:
         pass
 
-    @contextmanager
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
-        start = (self.line, self.column)
-        try:
-            yield
-        finally:
-            self.starts[node] = self.starts[start_node] if start_node is not None else start
+                                  end_node: cst.CSTNode | None = None) -> _Syntactic:
+        return _Syntactic(self, node, start_node)
+
+
+class _Syntactic:
+    """The context manager of record_syntactic_position: a node's start without its leading whitespace."""
+
+    __slots__ = ("state", "node", "start_node", "start")
+
+    def __init__(self, state: _StartState, node: cst.CSTNode, start_node: cst.CSTNode | None) -> None:
+        self.state, self.node, self.start_node = state, node, start_node
+
+    def __enter__(self) -> None:
+        self.start = (self.state.line, self.state.column)
+
+    def __exit__(self, *exc: object) -> None:
+        starts = self.state.starts
+        starts[self.node] = starts[self.start_node] if self.start_node is not None else self.start
 
 
 def start_positions(module: cst.Module) -> dict[cst.CSTNode, tuple[int, int]]:
