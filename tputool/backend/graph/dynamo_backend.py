@@ -14,6 +14,7 @@ are static arguments to `jax.jit`, so every concrete shape gets its own static X
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,6 +97,8 @@ def _device_of(gm: fx.GraphModule) -> str:
 
 
 _aot_backend: Callable | None = None
+PARTITIONER_ENV = "TPUTOOL_PARTITIONER"
+"""How AOTAutograd splits forward and backward: 'min_cut' (default) or 'default'."""
 
 
 def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
@@ -107,15 +110,21 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
     if options:
         raise TypeError(f"backend 'tpu' takes no options, got {sorted(options)}")
     if _aot_backend is None:
-        from functorch.compile import min_cut_rematerialization_partition
+        from functorch.compile import default_partition, min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
+        choice = os.environ.get(PARTITIONER_ENV, "min_cut")
+        partitioners = {"min_cut": min_cut_rematerialization_partition, "default": default_partition}
+        if choice not in partitioners:
+            raise ValueError(f"{PARTITIONER_ENV}={choice!r}: use 'min_cut' (recompute cheap ops in the backward, "
+                             "less memory) or 'default' (save every forward value)")
+        partitioner = partitioners[choice]
         _aot_backend = aot_autograd(
             fw_compiler=compile_graph("forward"),
             bw_compiler=compile_graph("backward"),
             inference_compiler=compile_graph("inference"),
             decompositions=_decompositions(),
-            partition_fn=min_cut_rematerialization_partition,
+            partition_fn=partitioner,
             keep_inference_input_mutations=True,  # copied back by CompiledGraph, not by eager copy_
         )
     from torch.nn.attention import SDPBackend, sdpa_kernel
