@@ -78,13 +78,13 @@ def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
     if any(n in DIM_NAMES for n in names):
         _dim(t, orig, orig.value)
     n = _number(orig.value)
-    if n is None:
+    if n is None or not n >= 1e12:  # both TPU604 conditions need n >= 1e12; checked before the position
         return
     line = t.pos(orig)[0]
     text = t.lines[line - 1] if 0 < line <= len(t.lines) else ""
     comment = text.split("#", 1)[1] if "#" in text else ""
     flops_name = any("flop" in x.lower() for x in names)
-    if (flops_name and n >= 1e12) or (GPU_MODEL_RE.search(comment) and n >= 1e12):
+    if flops_name or GPU_MODEL_RE.search(comment):
         t.fire("TPU604", orig)
 
 
