@@ -39,13 +39,12 @@ def _decompositions() -> dict:
     """Core-ATen decompositions plus EXTRA_DECOMPOSED, minus ops that have a JAX lowering (those stay whole)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
 
-    from tputool.backend.graph.extra_lowerings import register_missing
-    from tputool.backend.lowerings import LOWERINGS
+    from tputool.backend.graph.extra_lowerings import cached_graph_table
 
-    register_missing()
+    lowered = cached_graph_table()
     extra = get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA_DECOMPOSED if hasattr(torch.ops.aten, n)])
     table = {**extra, **core_aten_decompositions()}
-    return {op: fn for op, fn in table.items() if op not in LOWERINGS}
+    return {op: fn for op, fn in table.items() if op not in lowered}
 
 
 class CompiledGraph:

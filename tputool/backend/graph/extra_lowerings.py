@@ -4,9 +4,9 @@ Two tables, kept as data:
 - `GRAPH_ONLY`: view ops (view, permute, expand, slice, ...) lowered as functional values. In a
   functionalized graph a view is just a new value; eager dispatch must never see these (a tpu view shares
   its storage), so they live outside LOWERINGS and only `graph_table()` adds them.
-- ops registered into LOWERINGS with `lowering` unless the shared table already has them (embedding, cat,
-  gather/scatter/index_put, topk/sort, convolution and its backward, max_pool2d with indices, layer norm,
-  dropout): eager dispatch may use these too.
+- `SHARED`: ops the shared table may lack (embedding, cat, gather/scatter/index_put, topk/sort, convolution
+  and its backward, max_pool2d with indices, layer norm, dropout); used for graphs only where LOWERINGS has
+  no entry, so eager dispatch is never changed by graph mode.
 """
 
 from __future__ import annotations
@@ -345,12 +345,12 @@ SHARED: dict = {
     aten.native_layer_norm.default: _native_layer_norm,
     aten.constant_pad_nd.default: _constant_pad_nd,
 }
-"""Ops registered into LOWERINGS when the shared table lacks them."""
+"""Ops added to the graph table when the shared table lacks them."""
 
 SHARED_RNG: dict = {
     aten.native_dropout.default: _native_dropout,
 }
-"""Random ops (take `rng_key`) registered into LOWERINGS when missing."""
+"""Random ops (take `rng_key`) added to the graph table when missing."""
 
 
 # ---- foreach ops (graph only: eager keeps PyTorch's own per-tensor loops) -----------------------------
@@ -426,21 +426,20 @@ def foreach_lowerings(table: dict) -> dict:
     return out
 
 
-def register_missing() -> list[str]:
-    """Add SHARED/SHARED_RNG entries absent from LOWERINGS; returns the names added."""
-    added = []
+def missing_shared() -> dict:
+    """SHARED/SHARED_RNG entries for ops the shared table lacks (used by graphs only, never by eager)."""
+    out = {}
     for table, rng in ((SHARED, False), (SHARED_RNG, True)):
         for op, fn in table.items():
             if op not in LOWERINGS:
-                LOWERINGS[op] = Lowering(fn, rng)
-                added.append(str(op))
-    return added
+                out[op] = Lowering(fn, rng)
+    return out
 
 
 def graph_table() -> dict[torch._ops.OpOverload, Lowering]:
-    """The table compiled graphs use: LOWERINGS (with the missing shared ops added) plus GRAPH_ONLY views."""
-    register_missing()
-    return {**foreach_lowerings(LOWERINGS), **{op: Lowering(fn) for op, fn in GRAPH_ONLY.items()}, **LOWERINGS}
+    """The table compiled graphs use: LOWERINGS, plus foreach ops, GRAPH_ONLY views and missing SHARED ops."""
+    return {**foreach_lowerings(LOWERINGS), **{op: Lowering(fn) for op, fn in GRAPH_ONLY.items()},
+            **missing_shared(), **LOWERINGS}
 
 
 _cached: tuple[int, dict] | None = None
