@@ -59,6 +59,11 @@ def register() -> bool:
     serialization.install()
     serialization.install_pin_memory()
     _registered = True
+    # Graph mode: the Dynamo backend "tpu" (also the default for tpu inputs), the XLA disk cache and
+    # the torch.distributed backends "tpu"/"tpu_dist".
+    from tputool.backend import graph
+
+    graph.install()
     return True
 
 

@@ -130,9 +130,16 @@ def get_device_properties(device=None) -> _DeviceProperties:
 
 
 def synchronize(device=None) -> None:
-    """Wait until every tpu computation dispatched so far (whose result is still alive) has finished."""
+    """Wait until every tpu computation dispatched so far (whose result is still alive) has finished.
+
+    In the Fused eager mode, the deferred ops are flushed first (reason "synchronize").
+    """
     from tputool.backend import tensor
 
+    if modes.current is modes.EagerMode.DEFER_AND_FUSE:
+        from tputool.backend.graph import fused
+
+        fused.flush("synchronize")
     tensor.synchronize()
 
 
