@@ -1,4 +1,4 @@
-"""The rewriter's cheap start positions equal libcst PositionProvider's `start` for every node."""
+"""The rewriter's fast paths keep libcst's behaviour: start positions equal PositionProvider's, handler dispatch."""
 
 from __future__ import annotations
 
@@ -30,3 +30,11 @@ def _expected(module: cst.Module) -> dict[cst.CSTNode, tuple[int, int]]:
 def test_start_positions_match_position_provider(source: str) -> None:
     module = cst.parse_module(source)
     assert start_positions(module) == _expected(module)
+
+
+def test_attribute_handlers_are_refused() -> None:
+    """PortBase skips libcst's per-field dispatch, so a per-field handler must fail loudly, not be ignored."""
+    from tputool.codemods.python.context import PortBase
+
+    with pytest.raises(TypeError, match="visit_Call_func"):
+        type("Bad", (PortBase,), {"visit_Call_func": lambda self, node: None})
