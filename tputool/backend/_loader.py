@@ -17,18 +17,25 @@ def real_torch_tpu_installed() -> bool:
     return importlib.util.find_spec("torch_tpu") is not None
 
 
+_loading = False
+
+
 def load() -> None:
     """Register tputool's bundled `tpu` device unless torch_tpu is installed or TPUTOOL_BACKEND=0."""
-    if os.environ.get("TPUTOOL_BACKEND", "1") == "0":
-        return
+    global _loading
+    if _loading or os.environ.get("TPUTOOL_BACKEND", "1") == "0":
+        return  # _loading: `import tputool.backend` imports torch, whose autoload calls back in here
     if real_torch_tpu_installed():
         import logging
 
         logging.getLogger("tputool.backend").info("tputool: using the real torch_tpu; the bundled backend stays off")
         return
+    _loading = True
     try:
         from tputool.backend import device
 
         device.register()
     except Exception as e:  # noqa: BLE001 - an autoload hook must not break `import torch`
         warnings.warn(f"tputool: the bundled tpu backend failed to load: {e}", RuntimeWarning, stacklevel=2)
+    finally:
+        _loading = False

@@ -1,0 +1,26 @@
+"""The autoload entry point: import order and the off switch, each in a fresh interpreter."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("first", ["import torch", "import tputool.backend; import torch"])
+def test_device_registers_cleanly_in_either_import_order(first):
+    res = _run(f"{first}\nprint(torch.ones(2, device='tpu').add(1).cpu().tolist())")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[2.0, 2.0]"
+
+
+def test_backend_off_switch():
+    res = _run("import torch\nprint(hasattr(torch, 'tpu'))", TPUTOOL_BACKEND="0")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "False"
