@@ -55,13 +55,14 @@ def tpu_works(compile: bool = False) -> bool:
 
 @pytest.fixture(params=["cpu", "tpu"])
 def device(request, monkeypatch):
-    """Run the fixture scripts on this device (TPUTOOL_FIXTURE_DEVICE); tpu only where it works.
+    """Run the fixture scripts on this device (TPUTOOL_FIXTURE_DEVICE); a tpu device that fails the probe fails.
 
     Tests marked `needs_compile` also need torch.compile(backend="tpu") on the tpu device."""
     if request.param == "tpu":
         compile = request.node.get_closest_marker("needs_compile") is not None
         if not tpu_works(compile):
-            pytest.skip("the tpu device" + (" compile backend" if compile else "") + " cannot run this fixture yet")
+            pytest.fail("the bundled tpu device" + (" compile backend" if compile else "")
+                        + " fails the probe script (run tests/backend to see why)")
     else:
         monkeypatch.setenv("TPUTOOL_BACKEND", "0")  # CPU runs need no backend: a faster child start-up
     monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", request.param)

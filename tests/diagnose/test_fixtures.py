@@ -36,8 +36,7 @@ def test_clean_fixture_has_no_warning_or_error(device):
 
 
 def test_unsupported_op_falls_back_to_cpu(monkeypatch):
-    if not tpu_works():
-        pytest.skip("needs the bundled tpu device (CPU fallbacks only exist there)")
+    assert tpu_works(), "the bundled tpu device fails the probe script (CPU fallbacks only exist there)"
     monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
     path = FIXTURES / "unsupported_op.py"
     report = diagnose(str(path), include_static=False)
