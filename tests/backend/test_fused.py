@@ -72,3 +72,63 @@ def test_leaving_fused_mode_flushes(fused, tpu_device: str) -> None:
     assert not isinstance(t.untyped_storage()._tpu, fused.Lazy)
     assert _flushes().get("mode change") == 1
     torch.testing.assert_close(t.cpu(), torch.full((3,), 3.0))
+
+
+def test_cnn_training_defers_conv_backward_with_masked_grads_and_matches_strict(fused, tpu_device: str) -> None:
+    # bias-free conv on an input without grad: convolution_backward's output_mask leaves grad_input and
+    # grad_bias out, so its lowering returns None for them (this used to abort the process in fused mode)
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
+                              torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2,))
+
+    def train(mode):
+        torch.tpu.set_eager_mode(mode)
+        m = copy.deepcopy(ref).to(tpu_device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(x.to(tpu_device)), y.to(tpu_device))
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return [float(v.cpu()) for v in losses], {k: v.cpu() for k, v in m.state_dict().items()}
+
+    strict_losses, strict_state = train(torch.tpu.EagerMode.DEFER_NEVER)
+    events.reset()
+    fused_losses, fused_state = train(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    torch.testing.assert_close(torch.tensor(fused_losses), torch.tensor(strict_losses), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused_state, strict_state, rtol=1e-5, atol=1e-6)
+    assert strict_losses[-1] < strict_losses[0]
+    assert _flushes().get("optimizer step") == 3
+    assert not [d for d in _flushes() if "could not defer" in d or "no lowering" in d]
+
+
+def test_a_failed_recording_in_backward_runs_the_op_eagerly_instead_of_aborting(fused, tpu_device: str,
+                                                                              monkeypatch) -> None:
+    x = torch.randn(5)
+    xt = x.to(tpu_device).requires_grad_(True)
+    loss = (xt.sin() * 3).sum()
+    record = fused._record
+
+    def failing(func, args, kwargs):
+        if func is torch.ops.aten.mul.Tensor:  # the backward's grad * 3 and grad * cos(x), on a lazy grad
+            raise ValueError("recording failed")
+        return record(func, args, kwargs)
+
+    monkeypatch.setattr(fused, "_record", failing)
+    loss.backward()  # runs on autograd's tpu worker thread
+    torch.testing.assert_close(xt.grad.cpu(), 3 * x.cos())
+    assert any("could not defer: ValueError: recording failed" in d for d in _flushes())
+
+
+def test_rollback_forgets_nodes_and_restores_written_storages(fused, tpu_device: str) -> None:
+    t = torch.ones(4, device=tpu_device) * 2
+    before = t.untyped_storage()._tpu
+    mark = fused.TRACE.mark()
+    t.mul_(5)
+    assert t.untyped_storage()._tpu is not before and len(fused.TRACE.nodes) > mark[0]
+    fused.TRACE.rollback(mark)
+    assert t.untyped_storage()._tpu is before and fused.TRACE.mark() == mark
+    torch.testing.assert_close(t.cpu(), torch.full((4,), 2.0))

@@ -101,6 +101,21 @@ class Trace:
         self.lazies: list[weakref.ref] = []
         self.storages: list[tuple[weakref.ref, Lazy]] = []
         self._node_shapes: list = []
+        self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
+
+    def mark(self) -> tuple:
+        """The trace's current length, for `rollback`."""
+        return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo))
+
+    def rollback(self, mark: tuple) -> None:
+        """Forget what was recorded since `mark` (a failed recording), restoring the storages it wrote."""
+        n, e, lz, st, undo = mark
+        for storage, before in reversed(self.undo[undo:]):
+            storage._tpu = before
+        for v in self.ext[e:]:
+            self.ext_index.pop(id(v), None)
+        del self.nodes[n:], self.key[n:], self._node_shapes[n:], self.ext[e:], self.lazies[lz:]
+        del self.storages[st:], self.undo[undo:]
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _ext(self, value: Any) -> tuple:
@@ -140,8 +155,10 @@ class Trace:
         return ("n", out.node, out.index)
 
     # -- nodes ----------------------------------------------------------------------------------------
-    def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict, kw_kinds: dict) -> list[Lazy]:
-        """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output."""
+    def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
+            kw_kinds: dict) -> list[Lazy | None]:
+        """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
+        lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out)."""
         desc = (fn_key, tuple(_desc(a, k) for a, k in zip(args, kinds, strict=True)),
                 tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())))
         shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
@@ -149,9 +166,9 @@ class Trace:
         self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
         self.key.append(desc)
         single = not isinstance(shapes, tuple | list)
-        outs = [Lazy(self, idx, None if single else j, tuple(s.shape), s.dtype)
+        outs = [None if s is None else Lazy(self, idx, None if single else j, tuple(s.shape), s.dtype)
                 for j, s in enumerate([shapes] if single else shapes)]
-        self.lazies.extend(weakref.ref(o) for o in outs)
+        self.lazies.extend(weakref.ref(o) for o in outs if o is not None)
         return outs
 
     def _abstract(self, ref: tuple) -> Any:
@@ -359,7 +376,17 @@ class FuseMode(TorchDispatchMode):
                 return func.decompose(*args, **kwargs)
         if func in PASSTHROUGH or _is_view(func):
             return func(*args, **kwargs)
-        handled = _record(func, args, kwargs)
+        mark = TRACE.mark()
+        try:
+            handled = _record(func, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - any failure to defer falls back to running the op as Strict does
+            # An exception raised here on autograd's tpu worker thread aborts the process ("terminate called
+            # without an active exception"), so a failed recording never propagates: the op runs eagerly on
+            # concrete inputs, which gives Strict mode's result or Strict mode's error.
+            TRACE.rollback(mark)
+            if _has_lazy(args, kwargs):
+                TRACE.flush(f"{func} (could not defer: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            return func(*args, **kwargs)
         if handled is not NotImplemented:
             if len(TRACE.nodes) > MAX_NODES:
                 TRACE.flush("size")
@@ -476,7 +503,7 @@ def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if not written:
         fn = _cast_fn(low.fn, None, None, low.needs_rng)
         outs = TRACE.add(fn, (str(func),), a, kinds, kw, kw_kinds)
-        res = [_new_tensor(o) for o in outs]
+        res = [None if o is None else _new_tensor(o) for o in outs]
         rets = func._schema.returns
         if len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType):
             return res
@@ -515,6 +542,7 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
         fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
         (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
                            [("T",), ("T",)], {}, {})
+    TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
     TRACE.storages.append((weakref.ref(st), new))
 
