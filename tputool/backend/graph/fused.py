@@ -9,7 +9,9 @@ allocations run as usual (they only touch metadata). Anything else that reads a 
 one `jax.jit` function over the concrete inputs, returning every value still alive, cached in the shared
 per-op cache (`tputool.backend.cache`) under the trace's structure (ops, wiring, shapes/dtypes), so
 repeated steps reuse the compiled computation. Every `Optimizer.step` ends with a flush. Each flush is a
-"flush" event whose detail is its reason.
+"flush" event whose detail is its reason. An op whose recording fails is rolled back out of the trace and
+run eagerly after a flush (reason "... (could not defer: ...)"): the mode never raises from recording,
+because an exception from a dispatch mode on autograd's tpu worker thread aborts the process.
 """
 
 from __future__ import annotations
