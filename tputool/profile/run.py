@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
 from tputool.errors import UserError
 from tputool.profile.reader import TraceSummary, read_trace
+from tputool.scripts import run_as_main, script_path
 
 
 def profile_model(model: str, steps: int, outdir: str | Path, candidate: Any = None,
@@ -44,22 +43,11 @@ def profile_script(script: str | Path, args: list[str], outdir: str | Path) -> T
     import jax
     import torch.profiler
 
-    path = Path(script)
-    if not path.is_file():
-        raise UserError(f"script not found: {script}")
+    path = script_path(script)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    old_argv = sys.argv
-    sys.argv = [str(path), *args]
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    try:
-        with prof, jax.profiler.trace(str(out), create_perfetto_trace=True):
-            try:
-                runpy.run_path(str(path), run_name="__main__")
-            except SystemExit as e:
-                if e.code not in (0, None):
-                    raise UserError(f"{script} exited with status {e.code}") from e
-    finally:
-        sys.argv = old_argv
+    with prof, jax.profiler.trace(str(out), create_perfetto_trace=True):
+        run_as_main(path, args)
     prof.export_chrome_trace(str(out / "torch_trace.json"))
     return read_trace(out)
