@@ -14,8 +14,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# Port the bundled CUDA sample repo (diff + report), then run the ported copy for one epoch on the tpu device.
 demo: install
 	$(VENV)/bin/tputool port fixtures/sample_repo
+	rm -rf build/demo && mkdir -p build/demo && cp -r fixtures/sample_repo build/demo/
+	$(VENV)/bin/tputool port build/demo/sample_repo --write -q > /dev/null
+	@echo "== running the ported train.py on the tpu device (1 epoch) =="
+	cd build/demo/sample_repo && RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 \
+		$(CURDIR)/$(PY) -W ignore::FutureWarning -W ignore::UserWarning train.py --epochs 1
 
 test: install
 	$(PY) -m pytest -q
