@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tputool.codemods.python.context import PortBase
+from tputool.codemods.python.context import PortBase, keyword_args
 from tputool.codemods.python.device import _commas
 from tputool.codemods.python.strings import literal, replace_prefix, tpu_device_expr
 from tputool.codemods.python.tables import (
@@ -172,10 +172,7 @@ def dtype_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
     """TPU306 fp16=True / dtype="float16" / mixed_precision="fp16"; TPU307 dtype="float64"/np.float64."""
     args = list(upd.args)
     changed = False
-    for i, a in enumerate(args):
-        if a.keyword is None:
-            continue
-        kw = a.keyword.value
+    for i, a, kw in keyword_args(args):
         if kw in FP16_KWARGS and isinstance(a.value, cst.Name) and a.value.value == "True":
             new_kw = FP16_KWARGS[kw]
             if t.fire("TPU306", t.at(orig, upd, i), fixable=new_kw is not None) and new_kw:

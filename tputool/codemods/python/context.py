@@ -206,6 +206,13 @@ class PortBase(cst.CSTTransformer):
             AddImportsVisitor.add_needed_import(self.context, "torch")
 
 
+def keyword_args(args: list[cst.Arg]):
+    """Yield (index, arg, keyword name) for each keyword argument of a call's argument list."""
+    for i, a in enumerate(args):
+        if a.keyword is not None:
+            yield i, a, a.keyword.value
+
+
 def _handler(cls: type, name: str):
     """The function `cls.<name>`, or None when absent or one of libcst's no-op stubs."""
     fn = getattr(cls, name, None)

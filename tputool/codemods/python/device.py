@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tputool.codemods.python.context import PortBase
+from tputool.codemods.python.context import PortBase, keyword_args
 from tputool.codemods.python.strings import (
     is_cuda_device,
     literal,
@@ -126,10 +126,7 @@ def device_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> 
     is_to = isinstance(func, cst.Attribute) and func.attr.value == "to"
     args = list(upd.args)
     changed = False
-    for i, a in enumerate(args):
-        if a.keyword is None:
-            continue
-        kw = a.keyword.value
+    for i, a, kw in keyword_args(args):
         if kw == "map_location":
             v = a.value
             if isinstance(v, cst.Lambda | cst.Dict) or (isinstance(v, cst.Name | cst.Attribute)

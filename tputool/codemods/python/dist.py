@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tputool.codemods.python.context import PortBase
+from tputool.codemods.python.context import PortBase, keyword_args
 from tputool.codemods.python.device import _commas
 from tputool.codemods.python.strings import literal, replace_prefix
 from tputool.codemods.python.tables import (
@@ -101,10 +101,7 @@ def hf_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.
     """TPU115 device_map/max_memory, TPU509 load_in_8bit/4bit, TPU507 flash attention, TPU414 use_cuda."""
     args = list(upd.args)
     changed = False
-    for i, a in enumerate(args):
-        if a.keyword is None:
-            continue
-        kw = a.keyword.value
+    for i, a, kw in keyword_args(args):
         true = isinstance(a.value, cst.Name) and a.value.value == "True"
         if kw in ("device_map", "max_memory") and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
             t.fire("TPU115", t.at(orig, upd, i))
