@@ -85,7 +85,27 @@ def _static(v: Any) -> Any:
         return tuple(_static(x) for x in v)
     if isinstance(v, float) and v != v:
         return ("nan",)
+    if type(v) in (int, float, bool):
+        return (type(v), v)  # (1, 1.0 and True are equal keys otherwise)
     return v
+
+
+class _Step:
+    """A node of the trie of recorded traces: the node descriptions seen after this prefix (desc -> next
+    step), the output shapes of the node that led here, and the fused functions compiled for a trace ending
+    here (live outputs -> jitted function). A description holds the op, its static arguments, and for each
+    input either the producing node or the external input's index and shape/dtype (type for numbers), so a
+    path through the trie determines every shape of the trace and the whole fused computation."""
+
+    __slots__ = ("kids", "shapes", "compiled")
+
+    def __init__(self, shapes: Any) -> None:
+        self.kids: dict = {}
+        self.shapes = shapes
+        self.compiled: dict = {}
+
+
+_ROOT = _Step(None)
 
 
 class Trace:
@@ -97,9 +117,11 @@ class Trace:
     def reset(self) -> None:
         """Forget everything recorded."""
         self.nodes: list[tuple[Callable, tuple, dict]] = []
-        self.key: list = []
+        self.step: _Step = _ROOT
+        self.steps: list[_Step] = []
         self.ext: list = []
         self.ext_index: dict[int, int] = {}
+        self.ext_refs: list[tuple] = []
         self.lazies: list[weakref.ref] = []
         self.storages: list[tuple[weakref.ref, Lazy]] = []
         self._node_shapes: list = []
@@ -107,16 +129,17 @@ class Trace:
 
     def mark(self) -> tuple:
         """The trace's current length, for `rollback`."""
-        return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo))
+        return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo), self.step)
 
     def rollback(self, mark: tuple) -> None:
         """Forget what was recorded since `mark` (a failed recording), restoring the storages it wrote."""
-        n, e, lz, st, undo = mark
+        n, e, lz, st, undo, self.step = mark
         for storage, before in reversed(self.undo[undo:]):
             storage._tpu = before
         for v in self.ext[e:]:
             self.ext_index.pop(id(v), None)
-        del self.nodes[n:], self.key[n:], self._node_shapes[n:], self.ext[e:], self.lazies[lz:]
+        del self.ext_refs[e:]
+        del self.nodes[n:], self.steps[n:], self._node_shapes[n:], self.ext[e:], self.lazies[lz:]
         del self.storages[st:], self.undo[undo:]
 
     # -- inputs ---------------------------------------------------------------------------------------
@@ -126,7 +149,10 @@ class Trace:
             i = len(self.ext)
             self.ext.append(value)
             self.ext_index[id(value)] = i
-        return ("x", i)
+            sig = ("x", i, type(value)) if type(value) in (int, float, bool) else ("x", i, value.shape, value.dtype)
+            self.ext_refs.append(sig)
+            return sig
+        return self.ext_refs[i]
 
     def _ref(self, base: Any) -> tuple:
         if isinstance(base, Lazy):
@@ -162,11 +188,16 @@ class Trace:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out)."""
         desc = (fn_key, tuple(_desc(a, k) for a, k in zip(args, kinds, strict=True)),
-                tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())))
-        shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
+                tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())) if kwargs else ())
+        nxt = self.step.kids.get(desc)
+        if nxt is None:  # a trace not seen before: work the shapes out (abstract evaluation)
+            nxt = self.step.kids[desc] = _Step(self._shapes(fn, desc, args, kinds, kwargs, kw_kinds))
+        shapes = nxt.shapes
+        self.step = nxt
+        self.steps.append(nxt)
+        self._node_shapes.append(shapes)
         idx = len(self.nodes)
         self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
-        self.key.append(desc)
         single = not isinstance(shapes, tuple | list)
         outs = [None if s is None else Lazy(self, idx, None if single else j, tuple(s.shape), s.dtype)
                 for j, s in enumerate([shapes] if single else shapes)]
@@ -200,7 +231,6 @@ class Trace:
 
             out = jax.eval_shape(concrete, *[flat[i] for i in dyn])
             _SHAPE_CACHE[sig] = out
-        self._node_shapes.append(out)
         return out
 
     # -- running --------------------------------------------------------------------------------------
@@ -210,10 +240,9 @@ class Trace:
             return
         live = [lz for r in self.lazies if (lz := r()) is not None and lz.value is None]
         outs = tuple((lz.node, lz.index) for lz in live)
-        key = ("fused", tuple(self.key), tuple(_ext_sig(v) for v in self.ext), outs)
-        fn = cache.get(key)
-        if fn is None:
-            fn = cache.put(key, jax.jit(_runner(list(self.nodes), outs)))
+        fn = self.step.compiled.get(outs)
+        if fn is None:  # (the trie step and the outputs determine the computation; kept in the shared cache)
+            fn = self.step.compiled[outs] = cache.put(("fused", self.step, outs), jax.jit(_runner(list(self.nodes), outs)))
         results = cache.call(fn, "fused graph", *self.ext)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
@@ -228,22 +257,16 @@ class Trace:
 _SHAPE_CACHE: dict = {}
 
 
-def _ext_sig(v: Any) -> tuple:
-    if isinstance(v, int | float):
-        return ("py", type(v))
-    return (v.shape, v.dtype)
-
-
 def _desc(a: Any, kind: tuple) -> Any:
     k = kind[0]
     if k == "T":
-        return a[0] if a[0][0] == "n" else ("x",)
+        return a[0]
     if k == "L":
-        return ("L", tuple(None if r is None else (r if r[0] == "n" else ("x",)) for r in a))
+        return ("L", tuple(a))
     if k == "d":
-        return ("d", type(a))
+        return ("d", a)
     if k == "D":
-        return ("D", len(a))
+        return ("D", tuple(a))
     return ("s", _static(a))
 
 
