@@ -34,6 +34,7 @@ _NODEFAULT = object()
 _create = torch._C._acc.create_empty_tensor
 _track = tt.track
 _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
+_Uninit = tt.Uninit
 
 
 def _arg_kind(a: torch._C.Argument) -> str:
@@ -68,6 +69,10 @@ def _hashable(v):
 def tensor_value(t: torch.Tensor) -> jax.Array:
     """The JAX value of a tensor argument: a tpu tensor's data, or a copy of a CPU tensor (0-dim scalars)."""
     try:
+        base = t.untyped_storage()._tpu
+        # The common case inline: a tensor that is its whole storage (what every op returns).
+        if type(base) is not _Uninit and t.storage_offset() == 0 and t.shape == base.shape and t.is_contiguous():
+            return base
         return tt.to_jax(t)
     except AttributeError:
         if t.device.type == "cpu":
@@ -117,9 +122,65 @@ class LoweredOp:
         except Unsupported:
             return fallback.run_on_cpu(self.op, args, kwargs)
         except (TypeError, ValueError, IndexError) as e:
-            # JAX reports bad shapes/arguments while tracing; PyTorch code expects a RuntimeError (and a
-            # TypeError inside `a @ b` would turn into "unsupported operand").
-            raise RuntimeError(f"{self.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            raise self._error(e) from e
+
+    def _error(self, e: Exception) -> RuntimeError:
+        # JAX reports bad shapes/arguments while tracing; PyTorch code expects a RuntimeError (and a
+        # TypeError inside `a @ b` would turn into "unsupported operand").
+        return RuntimeError(f"{self.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+    def direct_kernel(self) -> Callable:
+        """A Python kernel for torch.library registration: `call`'s fast path inlined for a single-Tensor
+        result and a known plan (the hot path of eager dispatch), else the general `__call__`."""
+        general, plans, op, name = self.__call__, self._plans, self.op, self.name
+        value, record, track = tensor_value, cache.record_compile, _track
+        create, to_torch = _create, _NP_TO_TORCH
+        if not (self._fast_ok and self.single):
+            return lambda *args, **kwargs: general(args, kwargs)
+
+        def kernel(*args, **kwargs):
+            if kwargs:
+                return general(args, kwargs)
+            nargs = len(args)
+            # (tuple(map(type, args)) costs 4x more than building the tuple for one or two arguments)
+            if nargs == 2:
+                plan = plans.get((type(args[0]), type(args[1])))
+            elif nargs == 1:
+                plan = plans.get((type(args[0]),))
+            else:
+                plan = plans.get(tuple(map(type, args)))
+            if not plan or plan.rng:
+                return general(args, kwargs)
+            try:
+                if plan.spos:
+                    fn = plan.fns.get(tuple([args[i] for i in plan.spos]))
+                    if fn is None:
+                        return general(args, kwargs)
+                else:
+                    fn = plan.fns[()]
+                n = fn._cache_size()
+                if not plan.all_tensors:
+                    out = fn(*[value(args[i]) if is_t else args[i] for i, is_t in plan.dpos])
+                elif nargs == 2:
+                    out = fn(value(args[0]), value(args[1]))
+                elif nargs == 1:
+                    out = fn(value(args[0]))
+                else:
+                    out = fn(*map(value, args))
+                if fn._cache_size() != n:
+                    record(name)
+            except Unsupported:
+                return fallback.run_on_cpu(op, args, kwargs)
+            except (TypeError, ValueError, IndexError) as e:
+                raise self._error(e) from e
+            track(out)
+            if modes.blocking:
+                jax.block_until_ready(out)
+            t = create(out.shape, to_torch[out.dtype])
+            t.untyped_storage()._tpu = out
+            return t
+
+        return kernel
 
     def __init__(self, op: torch._ops.OpOverload, low: Lowering, sig_op: torch._ops.OpOverload | None = None):
         self.op = op
@@ -137,6 +198,10 @@ class LoweredOp:
         self.single = len(fsig.returns) == 1 and fsig.returns[0] == "Tensor"
         self.dyn_scalars = not low.static_scalars
         self._fns: dict = {}
+        # Fast path (plain functional calls, positional arguments only): type(arg) for each argument ->
+        # a _Plan, or False where those types need the general path (lists, dynamic Scalar arguments).
+        self._plans: dict[tuple, _Plan | bool] = {}
+        self._fast_ok = type(self) is LoweredOp
 
     def _prepare(self, vals: list) -> tuple[tuple, list]:
         """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
@@ -209,8 +274,11 @@ class LoweredOp:
 
         return kernel
 
-    def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None):
-        """Run the jitted kernel; raises Unsupported when the lowering refuses these arguments."""
+    def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None, args: tuple | None = None):
+        """Run the jitted kernel; raises Unsupported when the lowering refuses these arguments.
+
+        `args`: the positional arguments of a call without keywords, remembered as a fast-path plan.
+        """
         key, dyn = self._prepare(vals)
         if self.low.needs_rng:
             dyn.insert(0, rng.next_words())
@@ -218,6 +286,11 @@ class LoweredOp:
         fn = self._fns.get(k)
         if fn is None:
             fn = self._fns[k] = cache.put((self.op, k), jax.jit(self._build(self._template(key, vals), post)))
+        if args is not None:
+            self._learn(args, key, fn)
+        return self._launch(fn, dyn)
+
+    def _launch(self, fn, dyn: list):
         n = fn._cache_size()
         out = fn(*dyn)
         if fn._cache_size() != n:
@@ -232,13 +305,107 @@ class LoweredOp:
             jax.block_until_ready(out)
         return out
 
+    def _learn(self, args: tuple, key: tuple, fn) -> None:
+        """Remember how a keyword-free call with these argument types maps onto the kernel cache."""
+        types = _types(args)
+        plan = self._plans.get(types)
+        if plan is False:
+            return
+        if plan is None:
+            plan = self._plans[types] = _Plan.of(self, types, key)
+            if plan is False:
+                return
+        vals = tuple([args[i] for i in plan.spos])
+        if all(v == v for v in vals):  # a NaN would never match again
+            plan.fns[vals] = fn
+
+    def _fast(self, plan: _Plan, args: tuple):
+        """The call through `plan`, or _MISS when its static arguments were not seen yet."""
+        if plan.spos:
+            fn = plan.fns.get(tuple([args[i] for i in plan.spos]))
+            if fn is None:
+                return _MISS
+        else:
+            fn = plan.fn
+        if plan.all_tensors:
+            dyn = list(map(tensor_value, args))
+        else:
+            dyn = [tensor_value(args[i]) if is_t else args[i] for i, is_t in plan.dpos]
+        if plan.rng:
+            dyn.insert(0, rng.next_words())
+        return self._launch(fn, dyn)
+
     def call(self, args: tuple, kwargs: dict):
-        out = self._run(self.sig.normalize(args, kwargs))
+        out = _MISS
+        if not kwargs and self._fast_ok:
+            plan = self._plans.get(_types(args))
+            if plan:
+                out = self._fast(plan, args)
+            if out is _MISS:
+                out = self._run(self.sig.normalize(args, kwargs), args=args if plan is None or plan else None)
+        else:
+            out = self._run(self.sig.normalize(args, kwargs))
         if self.single:
             t = _create(out.shape, _NP_TO_TORCH[out.dtype])
             t.untyped_storage()._tpu = out
             return t
         return wrap_returns(out, self.sig.returns)
+
+
+_MISS = object()
+
+
+def _types(args: tuple) -> tuple:
+    """tuple(map(type, args)), faster for the usual one or two arguments."""
+    n = len(args)
+    if n == 2:
+        return (type(args[0]), type(args[1]))
+    if n == 1:
+        return (type(args[0]),)
+    return tuple(map(type, args))
+
+
+class _Plan:
+    """How positional arguments of given types feed one op's kernels (the fast path of `LoweredOp.call`).
+
+    `dpos`: (position, is_tensor) of each dynamic argument, in kernel order; `spos`: positions of static
+    arguments, whose values key `fns` (the jitted function for those values). Arguments left out are
+    defaults, always static.
+    """
+
+    __slots__ = ("dpos", "spos", "fns", "all_tensors", "rng")
+
+    def __init__(self, dpos: list, spos: list, all_tensors: bool, rng_: bool) -> None:
+        self.dpos, self.spos, self.all_tensors, self.rng = dpos, spos, all_tensors, rng_
+        self.fns: dict[tuple, Callable] = {}
+
+    @property
+    def fn(self):
+        return self.fns[()]
+
+    @staticmethod
+    def of(op: LoweredOp, types: tuple, key: tuple) -> _Plan | bool:
+        """The plan for calls with these argument types, or False if their cache key depends on more than
+        the static values (lists of tensors; Scalar arguments, dynamic unless equal to the default)."""
+        dpos, spos = [], []
+        for j, tv in enumerate(types):
+            k, e = op.fkinds[j], key[j]
+            if e == 0:
+                if not issubclass(tv, torch.Tensor):
+                    return False
+                dpos.append((j, True))
+            elif type(e) is tuple and e[0] == 2:
+                if k is SC:  # dynamic only while the value differs from the default
+                    return False
+                dpos.append((j, False))
+            elif type(e) is tuple and e[0] == "s" and tv in _SIMPLE:
+                if k is SC and op.dyn_scalars and tv is not bool and tv is not type(None):
+                    return False  # this value happened to equal the default
+                spos.append(j)
+            else:
+                return False
+        all_tensors = not spos and len(dpos) == len(types) and all(t for _, t in dpos)
+        return _Plan(dpos, spos, all_tensors, op.low.needs_rng)
 
 
 def wrap_returns(out, returns: list[str]):
@@ -462,6 +629,10 @@ def boxed_fallback(keyset, op: torch._ops.OpOverload, *args, **kwargs):
 def kernel_for(op: torch._ops.OpOverload) -> Callable:
     """A plain Python kernel (for torch.library registration) running `op`'s handler."""
     h = HANDLERS.get(op) or choose(op)
+    if type(h) is LoweredOp:
+        k = h.direct_kernel()
+        k.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+        return k
 
     def kernel(*args, **kwargs):
         return h(args, kwargs)

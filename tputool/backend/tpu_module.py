@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tputool.backend import modes, rng
+from tputool.backend.tensor import synchronize as _wait_all
 
 _tputool = True  # marks this module as the bundled backend's
 
@@ -129,18 +130,19 @@ def get_device_properties(device=None) -> _DeviceProperties:
     return _DeviceProperties(d.device_kind, d.platform, d.id, d.process_index, int(stats.get("bytes_limit", 0)))
 
 
+_FUSED = modes.EagerMode.DEFER_AND_FUSE
+
+
 def synchronize(device=None) -> None:
     """Wait until every tpu computation dispatched so far (whose result is still alive) has finished.
 
     In the Fused eager mode, the deferred ops are flushed first (reason "synchronize").
     """
-    from tputool.backend import tensor
-
-    if modes.current is modes.EagerMode.DEFER_AND_FUSE:
+    if modes.current is _FUSED:
         from tputool.backend.graph import fused
 
         fused.flush("synchronize")
-    tensor.synchronize()
+    _wait_all()
 
 
 # ---- RNG ---------------------------------------------------------------------------------------------
