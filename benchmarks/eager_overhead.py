@@ -1,10 +1,11 @@
 """Per-op cost of the bundled `tpu` backend in Strict eager mode, next to a direct jitted JAX call and CPU eager.
 
 For each op and size: warm up, then time `--iters` calls one by one, each waited for (torch.tpu.synchronize
-for tpu, block_until_ready for JAX), and report the median. The ratio tpu/jax is the backend's overhead
+for tpu, block_until_ready for JAX), in `--rounds` rounds that alternate the three columns (a shared
+machine's load changes hit all of them alike), and report the median. The ratio tpu/jax is the backend's overhead
 over calling JAX yourself (target: within 2x).
 
-    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--sizes 64,512] [--mode DEFER_NEVER] [--torch-threads 1]
+    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--rounds 10] [--sizes 64,512] [--mode DEFER_NEVER] [--torch-threads 1]
         [--json out.json]
 """
 
@@ -32,15 +33,29 @@ OPS: dict[str, tuple[Callable, Callable, int]] = {
 }
 
 
-def _median_us(fn: Callable, args: list, wait: Callable[[object], object], iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        wait(fn(*args))
+def _timed(fn: Callable, args: list, wait: Callable[[object], object], iters: int) -> list[float]:
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         wait(fn(*args))
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return times
+
+
+def _interleaved_us(cols: list[tuple[Callable, list, Callable]], iters: int, warmup: int, rounds: int) -> list[float]:
+    """Median microseconds of each (fn, args, wait) column, timed in `rounds` alternating rounds (so a load
+    change on a shared machine hits every column alike)."""
+    for fn, args, wait in cols:
+        for _ in range(warmup):
+            wait(fn(*args))
+    per_round = max(1, iters // rounds)
+    samples: list[list[float]] = [[] for _ in cols]
+    for _ in range(rounds):
+        for s, (fn, args, wait) in zip(samples, cols, strict=True):
+            for _ in range(min(10, warmup)):
+                wait(fn(*args))
+            s.extend(_timed(fn, args, wait, per_round))
+    return [statistics.median(s) * 1e6 for s in samples]
 
 
 def _tpu_wait(_out: object) -> None:
@@ -55,7 +70,7 @@ def _no_wait(_out: object) -> None:
     return None
 
 
-def measure(sizes: list[int], iters: int, warmup: int) -> list[dict]:
+def measure(sizes: list[int], iters: int, warmup: int, rounds: int = 10) -> list[dict]:
     """One row per (op, size): median microseconds for torch CPU, jitted JAX and torch tpu."""
     rows = []
     gen = torch.Generator().manual_seed(0)
@@ -65,9 +80,9 @@ def measure(sizes: list[int], iters: int, warmup: int) -> list[dict]:
             tpu_args = [a.to("tpu") for a in cpu_args]
             jax_args = [jnp.asarray(a.numpy()) for a in cpu_args]
             jitted = jax.jit(jfn)
-            cpu_us = _median_us(tfn, cpu_args, _no_wait, iters, warmup)
-            jax_us = _median_us(jitted, jax_args, _jax_wait, iters, warmup)
-            tpu_us = _median_us(tfn, tpu_args, _tpu_wait, iters, warmup)
+            cpu_us, jax_us, tpu_us = _interleaved_us(
+                [(tfn, cpu_args, _no_wait), (jitted, jax_args, _jax_wait), (tfn, tpu_args, _tpu_wait)],
+                iters, warmup, rounds)
             torch.testing.assert_close(tfn(*tpu_args).cpu(), tfn(*cpu_args), rtol=1e-4, atol=1e-3)
             rows.append({"op": name, "size": f"{n}x{n}", "cpu_us": cpu_us, "jax_us": jax_us, "tpu_us": tpu_us,
                          "tpu_over_jax": tpu_us / jax_us})
@@ -79,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=10,
+                   help="the iterations are split into this many rounds, alternating cpu/jax/tpu")
     p.add_argument("--sizes", default="64,512")
     p.add_argument("--mode", default="DEFER_NEVER", help="torch.tpu.EagerMode member to measure")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
@@ -91,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no tpu device (the bundled backend did not load)", file=sys.stderr)
         return 1
     torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, args.mode))
-    rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup)
+    rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup, args.rounds)
     print(f"eager mode {args.mode}, jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
-          f"torch threads {torch.get_num_threads()}, median of {args.iters} waited calls (us)")
+          f"torch threads {torch.get_num_threads()}, median of {args.iters} waited calls in {args.rounds} "
+          "interleaved rounds (us)")
     print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
     for r in rows:
         print(f"{r['op']:<9}{r['size']:>9}{r['cpu_us']:>11.1f}{r['jax_us']:>10.1f}{r['tpu_us']:>10.1f}"
