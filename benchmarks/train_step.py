@@ -4,7 +4,9 @@ Rows (median wall time per step after warm-up, same weights, same batch):
   jax         the same model written directly in JAX (benchmarks/jax_llama.py), one jax.jit per step
   tpu-compile torch.compile(model, backend="tpu") forward+backward, torch.compile'd AdamW step (target <= 1.10x jax)
   torchax     torchax's extract_jax(model) inside the same JAX train step (if torchax is importable;
-              pass --torchax-path DIR for a `pip install --target DIR torchax`; never a tputool dependency)
+              pass --torchax-path DIR for a `pip install --target DIR torchax`, then run
+              benchmarks/patch_torchax.py DIR once: torchax 0.0.13 names aten overloads this torch lacks;
+              never a tputool dependency)
   cpu-eager   PyTorch eager on CPU
   cpu-inductor torch.compile (Inductor) on CPU
   tpu-strict / tpu-fused   eager on the tpu device, Strict vs Fused mode (target fused >= 1.5x faster)
