@@ -118,7 +118,6 @@ class Trace:
         """Forget everything recorded."""
         self.nodes: list[tuple[Callable, tuple, dict]] = []
         self.step: _Step = _ROOT
-        self.steps: list[_Step] = []
         self.ext: list = []
         self.ext_index: dict[int, int] = {}
         self.ext_refs: list[tuple] = []
@@ -139,7 +138,7 @@ class Trace:
         for v in self.ext[e:]:
             self.ext_index.pop(id(v), None)
         del self.ext_refs[e:]
-        del self.nodes[n:], self.steps[n:], self._node_shapes[n:], self.ext[e:], self.lazies[lz:]
+        del self.nodes[n:], self._node_shapes[n:], self.ext[e:], self.lazies[lz:]
         del self.storages[st:], self.undo[undo:]
 
     # -- inputs ---------------------------------------------------------------------------------------
@@ -194,7 +193,6 @@ class Trace:
             nxt = self.step.kids[desc] = _Step(self._shapes(fn, desc, args, kinds, kwargs, kw_kinds))
         shapes = nxt.shapes
         self.step = nxt
-        self.steps.append(nxt)
         self._node_shapes.append(shapes)
         idx = len(self.nodes)
         self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
