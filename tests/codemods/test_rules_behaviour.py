@@ -211,7 +211,8 @@ def test_fixtures_agree_under_scope_analysis(monkeypatch) -> None:
     fixtures = load_fixtures()
     fast = [port_python(fx.source, "f.py", Settings()) for fx in fixtures]
     real = names.build_index
-    monkeypatch.setattr(names, "build_index", lambda s, r: names.ImportIndex(real(s, r).targets, exact=False))
+    monkeypatch.setattr(names, "build_index",
+                        lambda s, r, tree=None: names.ImportIndex(real(s, r, tree).targets, exact=False))
     for fx, (out, findings) in zip(fixtures, fast, strict=True):
         out2, findings2 = port_python(fx.source, "f.py", Settings())
         assert out2 == out, fx.name

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from tputool.codemods.model import Finding, Settings
+from tputool.codemods.python.cold_triggers import mask_triggers
 from tputool.codemods.python.imports_prune import prune_imports
+from tputool.codemods.python.tables import RELEVANT_ROOTS
 
 # At least one of these byte strings appears in any file where a Python rule can fire; the engine skips
 # files holding none of them (tests/codemods/test_rules_fixtures.py checks every fixture input has one).
@@ -32,24 +36,69 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     """Rewrite one Python file for TPU; returns (new source, findings sorted by position).
 
     The source comes back identical when nothing changes. Raises libcst.ParserSyntaxError on input
-    libcst cannot parse; never raises on valid Python.
+    libcst cannot parse; never raises on valid Python. Statements no rule can touch are hidden from
+    libcst (see cold.py); the result is the same as porting the whole file, which is the fallback.
     """
-    from tputool.codemods.python.names import build_index
-    from tputool.codemods.python.tables import RELEVANT_ROOTS
+    from tputool.codemods.python.cold import mask
+    from tputool.codemods.python.names import build_index, parse_ast, top_imports
+
+    tree = parse_ast(source)
+    index = build_index(source, RELEVANT_ROOTS, tree)
+    if tree is not None and index.exact:
+        masked = mask(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
+        if masked is not None:
+            try:
+                done = _port(masked.text, path, settings, index, top_imports(tree, masked.lines), whole=False)
+            except cst.ParserSyntaxError:
+                done = None
+            if done is not None:
+                new_text, findings = done
+                findings = [f if f.line == (n := masked.line(f.line)) else dataclasses.replace(f, line=n)
+                            for f in findings]
+                if new_text is masked.text:
+                    return source, findings
+                restored = masked.unmask(new_text)
+                if restored is not None:
+                    return restored, findings
+    done = _port(source, path, settings, index, None, whole=True)
+    assert done is not None
+    return done
+
+
+_MASK_TRIGGERS = mask_triggers(tuple(t.decode() for t in PYTHON_TRIGGERS))
+
+
+def _trigger_names(targets: dict[str, str]) -> list[str]:
+    """Names bound by an import whose target holds a trigger (`from torch.cuda import amp`: amp)."""
+    return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
+
+
+_ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
+
+
+def _port(source: str, path: str, settings: Settings, index, imports, whole: bool
+          ) -> tuple[str, list[Finding]] | None:
+    """Run the rules over `source`; None when a part of the file was hidden and a rewrite needs it all.
+
+    (Adding `import torch` and pruning imports left unused look at the whole module.) `imports` is
+    names.top_imports() of the whole file, or None to read them from `source`.
+    """
     from tputool.codemods.python.transformer import PortTransformer, ScopedPortTransformer
 
     module = cst.parse_module(source)
-    index = build_index(source, RELEVANT_ROOTS)
     context = CodemodContext(filename=path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     cls = PortTransformer if index.exact else ScopedPortTransformer
-    transformer = cls(context, source, path, settings, wrapper, index)
+    transformer = cls(context, source, path, settings, wrapper, index, imports)
     new_module = wrapper.visit(transformer)
     transformer.finish()
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.col, f.code))
     if not any(f.fixed for f in findings):
         return source, findings
-    if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
+    needs_imports = bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY))
+    if not whole and (needs_imports or transformer.prune):
+        return None
+    if needs_imports:
         new_module = AddImportsVisitor(context).transform_module(new_module)
     new_module = prune_imports(new_module, transformer.prune)
     return new_module.code, findings

@@ -24,7 +24,8 @@ class PortBase(cst.CSTTransformer):
     """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
 
     def __init__(self, context: CodemodContext, source: str, path: str, settings: Settings,
-                 wrapper: MetadataWrapper, index: ImportIndex) -> None:
+                 wrapper: MetadataWrapper, index: ImportIndex,
+                 imports: tuple[str | None, dict[str, tuple[str, str | None, str | None]]] | None = None) -> None:
         super().__init__()
         self.context = context
         self.wrapper = wrapper
@@ -36,7 +37,7 @@ class PortBase(cst.CSTTransformer):
         self.lines = source.splitlines()
         self.findings: list[Finding] = []
         self._decided: dict[tuple[str, int, int], bool] = {}
-        self.torch_alias, self.bindings = _scan_imports(wrapper.module)
+        self.torch_alias, self.bindings = imports if imports is not None else _scan_imports(wrapper.module)
         self.need_torch_import = False
         self.prune: set[str] = set()  # bound names whose import may have become unused
         self._parents: dict[cst.CSTNode, cst.CSTNode] = {}  # original node -> original parent

@@ -20,16 +20,17 @@ class ImportIndex:
     exact: bool
 
 
-def build_index(source: str, relevant: frozenset[str] = frozenset()) -> ImportIndex:
+def build_index(source: str, relevant: frozenset[str] = frozenset(), tree: ast.Module | None = None) -> ImportIndex:
     """Index the imports of `source` (valid Python); `exact` is False when scope analysis is needed.
 
     Only names whose import target's top-level package is in `relevant` (empty: every package) can make
-    the index inexact: shadowing `np` does not matter to rules that only look at torch names.
+    the index inexact: shadowing `np` does not matter to rules that only look at torch names. `tree` is
+    `ast.parse(source)` when the caller has it already.
     """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):  # libcst accepted it (e.g. a newer grammar): be exact the slow way
-        return ImportIndex({}, exact=False)
+    if tree is None:
+        tree = parse_ast(source)
+        if tree is None:  # libcst accepted it (e.g. a newer grammar): be exact the slow way
+            return ImportIndex({}, exact=False)
     targets: dict[str, str] = {}
     bound: set[str] = set()
     conflicts: set[str] = set()
@@ -71,6 +72,14 @@ def build_index(source: str, relevant: frozenset[str] = frozenset()) -> ImportIn
     return ImportIndex(targets, exact and not (conflicts & relevant_names(targets, relevant)))
 
 
+def parse_ast(source: str) -> ast.Module | None:
+    """`ast.parse(source)`, or None when CPython's parser refuses it."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def _matters(target: str, relevant: frozenset[str]) -> bool:
     return not relevant or target.split(".")[0] in relevant
 
@@ -94,3 +103,54 @@ def resolve(index: ImportIndex, dotted: str) -> str | None:
     if target is None:
         return dotted if root == "torch" else None  # `torch` used without an import (snippets)
     return f"{target}.{rest}" if rest else target
+
+
+Bindings = dict[str, tuple[str, "str | None", "str | None"]]
+
+
+def top_imports(tree: ast.Module, lines: list[str]) -> tuple[str | None, Bindings]:
+    """The name bound to the torch module (if any) and the removable import bindings at module level.
+
+    Reads the imports at module level and in the indented bodies of module-level if/try blocks (and their
+    except handlers). bindings maps a bound name to (module, obj, asname); a rewrite of a name listed here
+    makes its import a candidate for imports_prune.prune_imports. `import torch` itself is never listed.
+    `lines` are the source lines (to tell an indented body from a one-line `if x: import y`).
+    """
+    torch_alias: str | None = None
+    bindings: Bindings = {}
+    queue: list[ast.stmt] = list(tree.body)
+    while queue:
+        stmt = queue.pop(0)
+        if isinstance(stmt, ast.Import):
+            for a in stmt.names:
+                name, asname = a.name, a.asname
+                if name == "torch" or (name.startswith("torch.") and asname is None):
+                    if asname is None or name == "torch":
+                        torch_alias = torch_alias or (asname or "torch")
+                    continue
+                if asname:
+                    bindings[asname] = (name, None, asname)
+                elif "." not in name:
+                    bindings[name] = (name, None, None)
+        elif isinstance(stmt, ast.ImportFrom):
+            if stmt.level or stmt.module is None or any(a.name == "*" for a in stmt.names):
+                continue
+            for a in stmt.names:
+                bindings[a.asname or a.name] = (stmt.module, a.name, a.asname)
+        elif isinstance(stmt, ast.If | ast.Try):
+            for body in (stmt.body, *(h.body for h in getattr(stmt, "handlers", ()))):
+                if _indented(body[0], lines):
+                    queue.extend(body)
+    return torch_alias, bindings
+
+
+def _indented(stmt: ast.stmt, lines: list[str]) -> bool:
+    """True when a block's first statement starts its own line (an indented body, not `if x: y`)."""
+    first = stmt.lineno
+    decos = getattr(stmt, "decorator_list", None)
+    if decos:
+        first = min(first, *(d.lineno for d in decos))
+        text = lines[first - 1]
+        return text.lstrip(" \t\f")[:1] == "@"
+    text = lines[first - 1]
+    return not text[:stmt.col_offset].strip(" \t\f")

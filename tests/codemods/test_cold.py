@@ -1,0 +1,108 @@
+"""Hiding cold statements (cold.py) never changes what `port` produces; the pieces it relies on hold."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from tests.codemods.rules_fixtures import load_fixtures
+from tputool.codemods.model import Settings
+from tputool.codemods.python import _MASK_TRIGGERS, _port, port_python
+from tputool.codemods.python.cold import MARKER, mask, split_lines
+from tputool.codemods.python.context import _scan_imports
+from tputool.codemods.python.names import build_index, top_imports
+from tputool.codemods.python.tables import RELEVANT_ROOTS
+
+ROOT = Path(__file__).resolve().parents[2]
+SNIPPET = '''
+
+import torch as _t
+
+
+def _step(model, batch, local_rank):
+    model = model.cuda()
+    with _t.cuda.amp.autocast():
+        loss = model(batch.to("cuda")).sum()
+    return loss.item(), _t.device("cuda", local_rank)
+'''
+TRICKY = [
+    # try/except/else: the planner visits the bodies out of line order
+    "import torch\ntry:\n    a = 1\n    b = 2\nexcept ImportError:\n    c = 3\nelse:\n    x.cuda()\n    d = 4\n",
+    # elif chains are walked, never hidden; else-if is an ordinary statement
+    "import torch\nif a:\n    b = 1\nelif c:\n    d = 2\nelse:\n    if e:\n        f = 3\n    g.cuda()\n",
+    # one-line bodies and semicolons stay with their statement
+    "import torch\nif a: b = 1\nc = 2; d.cuda()\ne = 3; f = 4\nclass K: pass\n",
+    # a rewrite that moves a hidden statement (unwrapping a with) falls back to the whole file
+    "import torch\nwith torch.autograd.profiler.emit_nvtx():\n    step()\n    more()\n",
+    # decorators, comments between hidden siblings, CRLF, no final newline
+    "import torch\r\n@dec\r\ndef f():\r\n    return 1\r\n# note\r\n\r\ndef g():\r\n    pass\r\nx = y.cuda()",
+    # a name imported from a trigger-holding target is a trigger itself
+    "from torch.cuda import synchronize as sync\n\ndef f():\n    sync()\n\ndef g():\n    return 2\n",
+    # rewrites that need the whole module: adding `import torch`, pruning an import left unused
+    "def f(x):\n    return x.to('cuda')\n\ndef g():\n    return 1\n",
+    "import torch\nfrom torch.cuda.amp import autocast\n\ndef f():\n    pass\n\nwith autocast():\n    y = 1\n",
+    # dimension names count only next to a digit
+    "import torch\nhidden_size = 100\nconfig.hidden_size = hidden_size\nd = {'head_dim': 96}\nhead_dim = n\n",
+    # word triggers: items/sorted are not item/sort
+    "import torch\nfor k, v in d.items():\n    print(sorted(v))\nfor x in xs:\n    y = x.item()\n",
+]
+
+
+def _whole(source: str, settings: Settings, path: str = "f.py"):
+    return _port(source, path, settings, build_index(source, RELEVANT_ROOTS), None, whole=True)
+
+
+def _torch_sample(n: int) -> list[str]:
+    spec = importlib.util.find_spec("torch")
+    root = Path(spec.origin).parent
+    paths = sorted(p for sub in ("nn/modules", "optim", "amp", "cuda") for p in (root / sub).glob("*.py"))
+    return [p.read_text(encoding="utf-8") for p in paths[:n]]
+
+
+SOURCES = TRICKY + [fx.source for fx in load_fixtures()]
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+@pytest.mark.parametrize("source", SOURCES + [s + SNIPPET for s in _torch_sample(40)])
+def test_hiding_cold_statements_changes_nothing(source: str, unsafe: bool) -> None:
+    settings = Settings(unsafe_fixes=unsafe)
+    assert port_python(source, "f.py", settings) == _whole(source, settings)
+
+
+@pytest.mark.parametrize("source", SOURCES + _torch_sample(40))
+def test_imports_from_ast_match_imports_from_libcst(source: str) -> None:
+    assert top_imports(ast.parse(source), split_lines(source)) == _scan_imports(cst.parse_module(source))
+
+
+def test_masked_text_keeps_hot_lines_and_maps_lines_back() -> None:
+    src = "import torch\n\ndef f():\n    a = 1\n    b = 2\n\n\ndef g():\n    return x.cuda()\n"
+    m = mask(src, ast.parse(src), _MASK_TRIGGERS)
+    assert m is not None
+    # imports are read from the ast, so they hide with their cold neighbours
+    assert m.text == "__portcold0__\n\n\ndef g():\n    return x.cuda()\n"
+    assert [m.line(n) for n in (1, 2, 4, 5)] == [1, 6, 8, 9]
+    assert m.unmask(m.text) == src
+    assert m.unmask(m.text.replace("__portcold0__", "    __portcold0__")) is None  # moved: refuse
+    assert m.unmask(m.text.replace("__portcold0__\n", "")) is None  # lost: refuse
+
+
+def test_findings_keep_original_line_numbers() -> None:
+    src = "import torch\n\ndef f():\n    a = 1\n    b = 2\n    c = 3\n\nx = y.cuda()\n"
+    _, findings = port_python(src, "f.py", Settings())
+    assert [f.line for f in findings] == [8]
+
+
+def test_source_holding_the_marker_is_not_masked() -> None:
+    src = f"import torch\n{MARKER}0__ = 1\n\ndef f():\n    pass\nx.cuda()\n"
+    assert mask(src, ast.parse(src), _MASK_TRIGGERS) is None
+    assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
+
+
+def test_sample_repo_output_is_unchanged_by_masking() -> None:
+    for path in sorted((ROOT / "fixtures" / "sample_repo").rglob("*.py")):
+        src = path.read_text(encoding="utf-8")
+        assert port_python(src, path.name, Settings()) == _whole(src, Settings(), path.name), path

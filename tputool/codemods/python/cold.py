@@ -1,0 +1,193 @@
+"""Hide the statements no rule can touch, so the rewriter parses and visits only the rest of a file.
+
+A rule can only fire where one of its trigger strings occurs (see cold_triggers.py; a name imported from a
+target holding a trigger counts as one), and every trigger is a single-line string. So a statement none of
+whose lines holds a trigger is "cold": `mask()` replaces each run of cold sibling statements (at any depth)
+by a one-line marker at the same indentation. The rewriter runs on that masked text; `Masked.line()` maps
+its line numbers back, and `Masked.unmask()` puts the cold statements back into its output, or returns
+None when the output does not hold every marker exactly as written (the caller then ports the whole file).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tputool.codemods.python.cold_triggers import MaskTriggers
+
+MARKER = "__portcold"
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
+_DIGIT = re.compile(r"[0-9]")
+_BODIES = ("body", "orelse", "finalbody")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split only where Python's tokenizer ends a line (\\r\\n, \\r, \\n)."""
+    lines = _LINE.findall(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+@dataclass
+class Masked:
+    """A file with its cold statements hidden: `text` for the rewriter, what is needed to restore them."""
+
+    text: str
+    lines: list[str]  # the original lines
+    spans: dict[str, tuple[str, int, int]]  # marker name -> (marker line, first line index, line count)
+    marker_rows: list[int]  # 1-based line of each marker in `text`, ascending
+    shifts: list[int]  # lines hidden by the markers up to and including each one
+
+    def line(self, masked_line: int) -> int:
+        """The original line number of a line of `text` (a marker maps to its first hidden line)."""
+        k = bisect.bisect_left(self.marker_rows, masked_line)
+        return masked_line + (self.shifts[k - 1] if k else 0)
+
+    def unmask(self, new_text: str) -> str | None:
+        """`new_text` (the rewriter's output for `text`) with the cold statements put back, or None."""
+        out: list[str] = []
+        seen = 0
+        for line in split_lines(new_text):
+            span = self.spans.get(line.strip()) if MARKER in line else None
+            if span is None:
+                out.append(line)
+                continue
+            marker, first, count = span
+            if line != marker:  # a rewrite moved it (e.g. unwrapped a `with`): the text cannot go back as is
+                return None
+            out.extend(self.lines[first:first + count])
+            seen += 1
+        return "".join(out) if seen == len(self.spans) else None
+
+
+def hot_lines(source: str, lines: list[str], substrings: Iterable[str], words: Iterable[str]) -> bytearray:
+    """1 for each (0-based) line holding one of `substrings`, or one of `words` as a whole word."""
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    hot = bytearray(len(lines) + 1)
+    for t in substrings:
+        at = source.find(t)
+        while at >= 0:
+            row = bisect.bisect_right(starts, at) - 1
+            hot[row] = 1
+            at = source.find(t, starts[row + 1]) if row + 1 < len(starts) else -1
+    words = sorted(set(words))
+    if words:
+        rx = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + r")\b")
+        for m in rx.finditer(source):
+            hot[bisect.bisect_right(starts, m.start()) - 1] = 1
+    return hot
+
+
+def mask(source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[str] = ()) -> Masked | None:
+    """`source` (parsed as `tree`) with its cold statements replaced by markers; None when none is cold.
+
+    `names`: names bound in this file to an import target that holds a trigger (they count as words).
+    """
+    if MARKER in source:
+        return None
+    lines = split_lines(source)
+    hot = hot_lines(source, lines, triggers.substrings, (*triggers.words, *names))
+    dim = hot_lines(source, lines, (), triggers.digit_words) if triggers.digit_words else None
+    plan = _Planner(lines, hot, dim)
+    plan.block(tree.body)
+    if not plan.spans:
+        return None
+    out: list[str] = []
+    spans: dict[str, tuple[str, int, int]] = {}
+    rows: list[int] = []
+    shifts: list[int] = []
+    pos = 0
+    for n, (first, count) in enumerate(sorted(plan.spans)):
+        out.extend(lines[pos:first])
+        line = lines[first]
+        body = line.rstrip("\r\n")
+        indent = body[:len(body) - len(body.lstrip(" \t\f"))]
+        last = lines[first + count - 1]
+        name = f"{MARKER}{n}__"
+        marker = indent + name + (last[len(last.rstrip("\r\n")):] or "\n")
+        out.append(marker)
+        rows.append(len(out))
+        shifts.append((shifts[-1] if shifts else 0) + count - 1)
+        spans[name] = (marker, first, count)
+        pos = first + count
+    out.extend(lines[pos:])
+    return Masked("".join(out), lines, spans, rows, shifts)
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decos = getattr(stmt, "decorator_list", None)
+    return min([stmt.lineno, *(d.lineno for d in decos)]) if decos else stmt.lineno
+
+
+class _Planner:
+    """Chooses the line spans to hide: runs of cold sibling statements that each start their own line."""
+
+    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None) -> None:
+        self.lines, self.hot, self.dim = lines, hot, dim
+        self.spans: list[tuple[int, int]] = []  # (first line index, line count), ascending
+
+    def is_hot(self, first: int, last: int) -> bool:
+        """Whether 1-based lines first..last hold a trigger (a digit word counts only next to a digit)."""
+        if any(self.hot[first - 1:last]):
+            return True
+        if self.dim is None or not any(self.dim[first - 1:last]):
+            return False
+        return any(_DIGIT.search(ln) for ln in self.lines[first - 1:last])
+
+    def starts_line(self, stmt: ast.stmt) -> bool:
+        """True when the statement's first line begins (after indentation) with the statement itself."""
+        first = _first_line(stmt)
+        text = self.lines[first - 1]
+        lead = len(text) - len(text.lstrip(" \t\f"))
+        if first != stmt.lineno:
+            return text[lead:lead + 1] == "@"
+        return lead == stmt.col_offset and text[:lead].isascii()
+
+    def block(self, body: list[ast.stmt]) -> None:
+        """Plan one statement list: statements sharing a line (`a = 1; b = 2`) go together."""
+        run: tuple[int, int] | None = None  # the open span of cold siblings (1-based first, last line)
+        i = 0
+        while i < len(body):
+            j = i + 1
+            while j < len(body) and _first_line(body[j]) <= body[j - 1].end_lineno:
+                j += 1
+            unit = body[i:j]
+            first, last = _first_line(unit[0]), unit[-1].end_lineno
+            if not self.is_hot(first, last) and self.starts_line(unit[0]):
+                run = (run[0], last) if run is not None else (first, last)
+            else:
+                self._close(run)
+                run = None
+                if self.is_hot(first, last):
+                    for stmt in unit:
+                        self.children(stmt)
+            i = j
+        self._close(run)
+
+    def _close(self, run: tuple[int, int] | None) -> None:
+        if run is not None:
+            self.spans.append((run[0] - 1, run[1] - run[0] + 1))
+
+    def children(self, stmt: ast.stmt) -> None:
+        """Plan the statement lists inside a hot compound statement (an `elif` is walked, never hidden)."""
+        for field in _BODIES:
+            block = getattr(stmt, field, None)
+            if not block or not isinstance(block, list):
+                continue
+            if field == "orelse" and isinstance(stmt, ast.If) and len(block) == 1 and isinstance(block[0], ast.If):
+                inner = block[0]
+                text = self.lines[inner.lineno - 1]
+                if text[inner.col_offset:inner.col_offset + 4] == "elif" or not text.lstrip().startswith("if"):
+                    self.children(inner)
+                    continue
+            self.block(block)
+        for handler in getattr(stmt, "handlers", ()):
+            self.block(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            self.block(case.body)
