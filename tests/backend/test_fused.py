@@ -127,8 +127,24 @@ def test_rollback_forgets_nodes_and_restores_written_storages(fused, tpu_device:
     t = torch.ones(4, device=tpu_device) * 2
     before = t.untyped_storage()._tpu
     mark = fused.TRACE.mark()
-    t.mul_(5)
+    fused._record(torch.ops.aten.mul_.Tensor, (t, torch.tensor(5.0)), {})  # a recording about to fail
     assert t.untyped_storage()._tpu is not before and len(fused.TRACE.nodes) > mark[0]
     fused.TRACE.rollback(mark)
     assert t.untyped_storage()._tpu is before and fused.TRACE.mark() == mark
     torch.testing.assert_close(t.cpu(), torch.full((4,), 2.0))
+
+
+def test_only_values_still_held_become_outputs_of_the_flush(fused, tpu_device: str) -> None:
+    """Intermediates (dead, or overwritten in place) are not kept alive by the trace's bookkeeping."""
+    import gc
+
+    x = torch.ones(4, device=tpu_device)
+    fused.flush("test")
+    a = x * 2
+    a.add_(1)  # overwrites a's storage: the mul result is no longer held by anything
+    b = a * 3
+    del a
+    gc.collect()
+    live = [lz for r in fused.TRACE.lazies if (lz := r()) is not None and lz.value is None]
+    assert len(live) == 1 and live[0] is b.untyped_storage()._tpu
+    torch.testing.assert_close(b.cpu(), torch.full((4,), 9.0))

@@ -122,7 +122,9 @@ class Trace:
         self.ext_index: dict[int, int] = {}
         self.ext_refs: list[tuple] = []
         self.lazies: list[weakref.ref] = []
-        self.storages: list[tuple[weakref.ref, Lazy]] = []
+        # Storages given a Lazy since the last flush (weakly: a Lazy that nothing but a dead or overwritten
+        # storage held must not become an output of the fused computation).
+        self.storages: list[weakref.ref] = []
         self._node_shapes: list = []
         self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
 
@@ -244,9 +246,10 @@ class Trace:
         results = cache.call(fn, "fused graph", *self.ext)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
-        for stref, lz in self.storages:
+        for stref in self.storages:
             st = stref()
-            if st is not None and getattr(st, "_tpu", None) is lz:
+            lz = getattr(st, "_tpu", None) if st is not None else None
+            if type(lz) is Lazy and lz.trace is self and lz.value is not None:
                 st._tpu = lz.value
         events.record("flush", reason)
         self.reset()
@@ -411,6 +414,7 @@ class FuseMode(TorchDispatchMode):
                 TRACE.flush(f"{func} (could not defer: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
             return func(*args, **kwargs)
         if handled is not NotImplemented:
+            del TRACE.undo[mark[4]:]  # recorded: nothing to roll back, and the old values may be freed
             if len(TRACE.nodes) > MAX_NODES:
                 TRACE.flush("size")
             return handled
@@ -544,7 +548,7 @@ def _new_tensor(lz: Lazy) -> torch.Tensor:
     t = torch._C._acc.create_empty_tensor(lz.shape, tt.dtypes.NP_TO_TORCH[np.dtype(lz.dtype)])
     st = t.untyped_storage()
     st._tpu = lz
-    TRACE.storages.append((weakref.ref(st), lz))
+    TRACE.storages.append(weakref.ref(st))
     return t
 
 
@@ -567,7 +571,7 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
                            [("T",), ("T",)], {}, {})
     TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
-    TRACE.storages.append((weakref.ref(st), new))
+    TRACE.storages.append(weakref.ref(st))
 
 
 # ---- turning the mode on and off ---------------------------------------------------------------------
