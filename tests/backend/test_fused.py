@@ -148,3 +148,28 @@ def test_only_values_still_held_become_outputs_of_the_flush(fused, tpu_device: s
     live = [lz for r in fused.TRACE.lazies if (lz := r()) is not None and lz.value is None]
     assert len(live) == 1 and live[0] is b.untyped_storage()._tpu
     torch.testing.assert_close(b.cpu(), torch.full((4,), 9.0))
+
+
+def test_inputs_only_the_trace_holds_are_donated(fused, tpu_device: str, monkeypatch) -> None:
+    """A buffer overwritten in place is donated to the flush; one still held elsewhere is not."""
+    import jax
+    import jax.numpy as jnp
+
+    ext = [jnp.ones(3), jnp.ones(3), 2.0]
+    held = ext[1]
+    assert fused._donatable(ext) == (0,) and held is ext[1]
+
+    donated = []
+    real_jit = jax.jit
+    monkeypatch.setattr(jax, "jit", lambda f, **kw: donated.append(kw.get("donate_argnums")) or real_jit(f, **kw))
+    p = torch.ones(1024, device=tpu_device)
+    q = torch.ones(1024, device=tpu_device)
+    fused.flush("test")
+    p.add_(1)  # p's old buffer: held only by the trace now
+    r = q * 3  # q's buffer is read and q stays alive
+    fused.flush("test")
+    assert donated[-1] == (0,)
+    assert not q.untyped_storage()._tpu.is_deleted()
+    torch.testing.assert_close(p.cpu(), torch.full((1024,), 2.0))
+    torch.testing.assert_close(r.cpu(), torch.full((1024,), 3.0))
+    torch.testing.assert_close(q.cpu(), torch.ones(1024))

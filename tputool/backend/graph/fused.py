@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -240,10 +242,15 @@ class Trace:
             return
         live = [lz for r in self.lazies if (lz := r()) is not None and lz.value is None]
         outs = tuple((lz.node, lz.index) for lz in live)
-        fn = self.step.compiled.get(outs)
-        if fn is None:  # (the trie step and the outputs determine the computation; kept in the shared cache)
-            fn = self.step.compiled[outs] = cache.put(("fused", self.step, outs), jax.jit(_runner(list(self.nodes), outs)))
-        results = cache.call(fn, "fused graph", *self.ext)
+        donate = _donatable(self.ext)
+        key = (outs, donate)
+        fn = self.step.compiled.get(key)
+        if fn is None:  # (the trie step, the outputs and the donated inputs determine the computation)
+            fn = self.step.compiled[key] = cache.put(("fused", self.step, key), jax.jit(
+                _runner(list(self.nodes), outs), donate_argnums=donate))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
+            results = cache.call(fn, "fused graph", *self.ext)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
         for stref in self.storages:
@@ -256,6 +263,15 @@ class Trace:
 
 
 _SHAPE_CACHE: dict = {}
+_UNUSED_DONATION = "Some donated buffers were not usable"
+
+
+def _donatable(ext: list) -> tuple[int, ...]:
+    """Positions of the inputs nothing but the trace holds (an input whose storage the trace overwrote,
+    e.g. a parameter updated in place): donated, XLA writes the new value into the old buffer instead of
+    allocating one (on CPU, fresh pages cost more than the update itself)."""
+    # Held only by the list: getrefcount sees the list's reference and its own argument.
+    return tuple(i for i in range(len(ext)) if isinstance(ext[i], jax.Array) and sys.getrefcount(ext[i]) <= 2)
 
 
 def _desc(a: Any, kind: tuple) -> Any:
