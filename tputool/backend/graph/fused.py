@@ -393,6 +393,7 @@ def _is_data_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "tpu" and tt.has_data(x)
 
 
+@functools.cache
 def _is_view(op: torch._ops.OpOverload) -> bool:
     rets = op._schema.returns
     return bool(rets) and op not in NOT_VIEWS and all(
@@ -463,10 +464,31 @@ def _decomposition(func: torch._ops.OpOverload) -> Callable | None:
     return decomposition_table.get(func)
 
 
+@functools.cache
+def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
+    """Per argument of `op`, computed once: (is a number list, is a number, has a default, the default);
+    by name and in positional order (schema objects are rebuilt on every access, so never on the hot path)."""
+    def facts(a) -> tuple:
+        is_list = isinstance(a.type, torch._C.ListType) and isinstance(a.type.getElementType(), torch._C.NumberType)
+        has_default = a.has_default_value()
+        return (is_list, isinstance(a.type, torch._C.NumberType), has_default,
+                a.default_value if has_default else None)
+
+    args = op._schema.arguments
+    return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
+
+
+@functools.cache
+def _returns(op: torch._ops.OpOverload) -> tuple[int, bool, list[str]]:
+    """(number of returns, whether the one return is a list, argument names) of `op`."""
+    rets = op._schema.returns
+    return (len(rets), len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType),
+            [a.name for a in op._schema.arguments])
+
+
 def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -> tuple | None:
     """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred."""
-    schema = {a.name: a for a in op._schema.arguments}
-    pos_schema = [a for a in op._schema.arguments if not a.kwarg_only]
+    schema, pos_schema = _arg_facts(op)
 
     def conv(v, a):
         if isinstance(v, torch.Tensor):
@@ -485,11 +507,9 @@ def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -
                 else:
                     return None
             return refs, ("L",)
-        if (a is not None and isinstance(a.type, torch._C.ListType) and isinstance(a.type.getElementType(),
-                torch._C.NumberType) and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v)):
+        if a is not None and a[0] and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v):
             return [trace._ext(x) for x in v], ("D",)
-        if (a is not None and isinstance(a.type, torch._C.NumberType) and type(v) in (int, float)
-                and not (a.has_default_value() and v == a.default_value)):
+        if a is not None and a[1] and type(v) in (int, float) and not (a[2] and v == a[3]):
             return trace._ext(v), ("d",)
         return v, ("s",)
 
@@ -511,11 +531,12 @@ def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -
 
 @functools.cache
 def _plan(func: torch._ops.OpOverload) -> tuple:
-    """(written argument positions, functional twin) of `func`, computed once."""
+    """(written argument positions, functional twin, whether it is an out= variant) of `func`, computed once."""
     from tputool.backend.dispatch import functional_of
 
-    written = [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
-    return written, (functional_of(func) if written else None)
+    args = func._schema.arguments
+    written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+    return written, (functional_of(func) if written else None), bool(written) and args[written[0]].kwarg_only
 
 
 def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -523,14 +544,14 @@ def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
             kwargs["device"]).type != "tpu":
         return NotImplemented
     table = _table()
-    written, fop = _plan(func)
-    if written and (fop is None or func._schema.arguments[written[0]].kwarg_only):
+    written, fop, out_variant = _plan(func)
+    if written and (fop is None or out_variant):
         return NotImplemented  # out= variants run eagerly
     low = table.get(fop if written else func)
     if low is None:
         return NotImplemented
+    n_returns, returns_list, names = _returns(func)
     if written:
-        names = [a.name for a in func._schema.arguments]
         vals = list(args) + [kwargs.get(n) for n in names[len(args):]]
         targets = vals[written[0]]
         targets = list(targets) if isinstance(targets, list | tuple) else [targets]
@@ -547,17 +568,16 @@ def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         fn = _cast_fn(low.fn, None, None, low.needs_rng)
         outs = TRACE.add(fn, (str(func),), a, kinds, kw, kw_kinds)
         res = [None if o is None else _new_tensor(o) for o in outs]
-        rets = func._schema.returns
-        if len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType):
+        if returns_list:
             return res
-        return res[0] if len(rets) == 1 else tuple(res)
+        return res[0] if n_returns == 1 else tuple(res)
     dts = tuple(tt.dtypes.to_np(t.dtype) for t in targets)
     shapes = tuple(tuple(t.shape) for t in targets)
     fn = _cast_fn(low.fn, dts, shapes, low.needs_rng)
     outs = TRACE.add(fn, (str(func), dts, shapes), a, kinds, kw, kw_kinds)
     for t, o in zip(targets, outs, strict=True):
         _write(t, o)
-    return vals[written[0]] if func._schema.returns else None
+    return vals[written[0]] if n_returns else None
 
 
 def _new_tensor(lz: Lazy) -> torch.Tensor:
