@@ -176,7 +176,8 @@ class LoweredOp:
             track(out)
             if modes.blocking:
                 jax.block_until_ready(out)
-            t = create(out.shape, to_torch[out.dtype])
+            av = out.aval  # (a plain attribute; Array.shape/.dtype are properties reading it)
+            t = create(av.shape, to_torch[av.dtype])
             t.untyped_storage()._tpu = out
             return t
 
@@ -346,7 +347,8 @@ class LoweredOp:
         else:
             out = self._run(self.sig.normalize(args, kwargs))
         if self.single:
-            t = _create(out.shape, _NP_TO_TORCH[out.dtype])
+            av = out.aval
+            t = _create(av.shape, _NP_TO_TORCH[av.dtype])
             t.untyped_storage()._tpu = out
             return t
         return wrap_returns(out, self.sig.returns)
