@@ -44,7 +44,10 @@ def strided_read(flat: jax.Array, size: tuple, stride: tuple, offset: int) -> ja
     if order is None:
         return flat[_index(size, stride, offset, n)]
     dims = sorted(order)
-    if not order:
+    x = _layout_slice(flat, size, stride, offset, order) if order else None
+    if x is not None:
+        x = jnp.transpose(x, [order.index(d) for d in dims])
+    elif not order:
         x = flat[offset]
     else:
         s0, n0 = stride[order[0]], size[order[0]]
@@ -57,6 +60,30 @@ def strided_read(flat: jax.Array, size: tuple, stride: tuple, offset: int) -> ja
         x = jnp.transpose(x, [order.index(d) for d in dims])
     x = x.reshape([size[d] if d in dims else 1 for d in range(len(size))])
     return jnp.broadcast_to(x, size)
+
+
+def _layout_slice(flat: jax.Array, size: tuple, stride: tuple, offset: int, order: list[int]) -> jax.Array | None:
+    """The view as one reshape of `flat` into its stride layout plus one slice (dims in `order`), or None.
+
+    With nested strides s0 > s1 > ... > sk, the buffer reshapes to (n // s0, s0 // s1, ..., s(k-1) // sk, sk);
+    the view is the box starting at the offset's digits in that layout, when the box fits (no wrap-around).
+    This is what slices, transposes and selects of a contiguous tensor give, without padding the buffer.
+    """
+    n = flat.shape[0]
+    strides = [stride[d] for d in order]
+    if n % strides[0]:
+        return None
+    layout = [n // strides[0]] + [a // b for a, b in zip(strides, strides[1:], strict=False)] + [strides[-1]]
+    start, rest = [], offset
+    for s_ in strides:
+        start.append(rest // s_)
+        rest %= s_
+    start.append(rest)
+    extent = [size[d] for d in order] + [1]
+    if any(a + m > lim for a, m, lim in zip(start, extent, layout, strict=True)):
+        return None
+    x = lax.slice(flat.reshape(layout), start, [a + m for a, m in zip(start, extent, strict=True)])
+    return x.reshape(extent[:-1])
 
 
 def strided_write(flat: jax.Array, value: jax.Array, size: tuple, stride: tuple, offset: int) -> jax.Array:
