@@ -62,7 +62,12 @@ def index_put(self, indices, values, accumulate=False):
         return jnp.where(m, values.reshape(()).astype(self.dtype), self)
     idx = _indices(self, indices) if not _has_mask(indices) else _mask_index(self, indices)
     v = values.astype(self.dtype)
-    return self.at[idx].add(v) if accumulate else self.at[idx].set(v)
+    return _add_at(self, idx, v) if accumulate else self.at[idx].set(v)
+
+
+def _add_at(x, idx, v):
+    """x.at[idx].add(v), where adding bools is PyTorch's saturating add (a logical or; JAX refuses bool add)."""
+    return x.at[idx].max(v) if x.dtype == jnp.bool_ else x.at[idx].add(v)
 
 
 def _mask_index(self, indices):
@@ -196,7 +201,7 @@ def index_add(self, dim, index, source, *, alpha=1):
     src = source if isinstance(alpha, int | float) and alpha == 1 else source * alpha
     idx = [slice(None)] * self.ndim
     idx[d] = index
-    return self.at[tuple(idx)].add(src.astype(self.dtype))
+    return _add_at(self, tuple(idx), src.astype(self.dtype))
 
 
 @lowering(aten.index_copy.default)
