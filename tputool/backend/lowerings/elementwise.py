@@ -22,7 +22,12 @@ def _sgn(x):
     if jnp.iscomplexobj(x):
         a = jnp.abs(x)
         return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a))
-    return jnp.sign(x)
+    return _sign(x)
+
+
+def _sign(x):
+    """torch.sign: a bool is its own sign (JAX refuses sign on bool)."""
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)
 
 
 def _round(x, decimals=0):
@@ -64,7 +69,7 @@ UNARY = {
     aten.special_log_ndtr: (jsp.log_ndtr, KIND.INT_TO_FLOAT), aten.sinc: (jnp.sinc, KIND.INT_TO_FLOAT),
     aten.deg2rad: (jnp.deg2rad, KIND.INT_TO_FLOAT), aten.rad2deg: (jnp.rad2deg, KIND.INT_TO_FLOAT),
     aten.neg: (jnp.negative, KIND.DEFAULT), aten.abs: (jnp.abs, KIND.COMPLEX_TO_FLOAT),
-    aten.sign: (jnp.sign, KIND.DEFAULT), aten.sgn: (_sgn, KIND.DEFAULT),
+    aten.sign: (_sign, KIND.DEFAULT), aten.sgn: (_sgn, KIND.DEFAULT),
     aten.floor: (_int_passthrough(jnp.floor), KIND.DEFAULT),
     aten.ceil: (_int_passthrough(jnp.ceil), KIND.DEFAULT),
     aten.trunc: (_int_passthrough(jnp.trunc), KIND.DEFAULT), aten.frac: (_frac, KIND.DEFAULT),

@@ -70,6 +70,11 @@ def _add_at(x, idx, v):
     return x.at[idx].max(v) if x.dtype == jnp.bool_ else x.at[idx].add(v)
 
 
+def _mul_at(x, idx, v):
+    """x.at[idx].multiply(v); multiplying bools is a logical and."""
+    return x.at[idx].min(v) if x.dtype == jnp.bool_ else x.at[idx].multiply(v)
+
+
 def _mask_index(self, indices):
     raise Unsupported("index_put with a boolean mask: data-dependent positions")
 
@@ -152,9 +157,9 @@ def scatter(self, dim, index, src):
 @lowering(aten.scatter.reduce, aten.scatter.value_reduce)
 @_empty_ok
 def scatter_reduce_legacy(self, dim, index, src, *, reduce):
-    at = self.at[_scatter_index(self, dim, index)]
+    idx = _scatter_index(self, dim, index)
     v = cast(_src_block(src, index), self.dtype)
-    return at.add(v) if reduce == "add" else at.multiply(v)
+    return _add_at(self, idx, v) if reduce == "add" else _mul_at(self, idx, v)
 
 
 @lowering(aten.scatter_add.default)
@@ -162,7 +167,7 @@ def scatter_reduce_legacy(self, dim, index, src, *, reduce):
 def scatter_add(self, dim, index, src):
     if self.ndim == 0:
         return self + src.reshape(()).astype(self.dtype)
-    return self.at[_scatter_index(self, dim, index)].add(_src_block(src, index).astype(self.dtype))
+    return _add_at(self, _scatter_index(self, dim, index), _src_block(src, index).astype(self.dtype))
 
 
 @lowering(aten.scatter_reduce.two)
@@ -172,13 +177,16 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     v = _src_block(src, index).astype(self.dtype)
     if reduce == "sum":
         base = self if include_self else self.at[idx].set(0)
-        return base.at[idx].add(v)
+        return _add_at(base, idx, v)
     if reduce == "prod":
         base = self if include_self else self.at[idx].set(1)
-        return base.at[idx].multiply(v)
+        return _mul_at(base, idx, v)
     if reduce in ("amax", "amin"):
-        fill = (jnp.finfo if jnp.issubdtype(self.dtype, jnp.floating) else jnp.iinfo)(self.dtype)
-        init = fill.min if reduce == "amax" else fill.max
+        if self.dtype == jnp.bool_:
+            init = reduce == "amin"
+        else:
+            fill = (jnp.finfo if jnp.issubdtype(self.dtype, jnp.floating) else jnp.iinfo)(self.dtype)
+            init = fill.min if reduce == "amax" else fill.max
         base = self if include_self else self.at[idx].set(init)
         return base.at[idx].max(v) if reduce == "amax" else base.at[idx].min(v)
     if reduce == "mean":
