@@ -40,22 +40,24 @@ def _random_view(rng: random.Random, base: torch.Tensor) -> torch.Tensor:
     return t
 
 
-@pytest.mark.parametrize("seed", range(200))
-def test_strided_read_matches_torch_views(seed: int) -> None:
+def _case(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(base, random view of it) for one seed."""
     rng = random.Random(seed)
     shape = tuple(rng.randint(1, 6) for _ in range(rng.randint(1, 4)))
     base = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
-    v = _random_view(rng, base)
+    return base, _random_view(rng, base)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_strided_read_matches_torch_views(seed: int) -> None:
+    base, v = _case(seed)
     got = strided_read(jnp.asarray(base.reshape(-1).numpy()), tuple(v.shape), v.stride(), v.storage_offset())
     np.testing.assert_array_equal(np.asarray(got), v.numpy())
 
 
 @pytest.mark.parametrize("seed", range(100))
 def test_strided_write_matches_torch_views(seed: int) -> None:
-    rng = random.Random(seed)
-    shape = tuple(rng.randint(1, 6) for _ in range(rng.randint(1, 4)))
-    base = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
-    v = _random_view(rng, base)
+    base, v = _case(seed)
     if any(s == 0 for s in v.stride()) and v.numel() > 1:
         return  # writing through an expanded view is not defined
     value = -torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) - 1

@@ -65,15 +65,13 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     return done
 
 
-_MASK_TRIGGERS = mask_triggers(tuple(t.decode() for t in PYTHON_TRIGGERS))
+_ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
+_MASK_TRIGGERS = mask_triggers(_ALL_TRIGGERS)
 
 
 def _trigger_names(targets: dict[str, str]) -> list[str]:
     """Names bound by an import whose target holds a trigger (`from torch.cuda import amp`: amp)."""
     return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
-
-
-_ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
 
 
 def _port(source: str, path: str, settings: Settings, index, imports, whole: bool

@@ -64,12 +64,17 @@ class Masked:
         return "".join(out) if seen == len(self.spans) else None
 
 
-def hot_lines(source: str, lines: list[str], substrings: Iterable[str], words: Iterable[str]) -> bytearray:
-    """1 for each (0-based) line holding one of `substrings`, or one of `words` as a whole word."""
+def line_starts(lines: list[str]) -> list[int]:
+    """Offset of each line's first character, plus the text's length at the end."""
     starts = [0]
     for ln in lines:
         starts.append(starts[-1] + len(ln))
-    hot = bytearray(len(lines) + 1)
+    return starts
+
+
+def hot_lines(source: str, starts: list[int], substrings: Iterable[str], words: Iterable[str]) -> bytearray:
+    """1 for each (0-based) line (beginning at `starts`) holding one of `substrings`, or a whole word of `words`."""
+    hot = bytearray(len(starts))
     for t in substrings:
         at = source.find(t)
         while at >= 0:
@@ -92,8 +97,9 @@ def mask(source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[
     if MARKER in source:
         return None
     lines = split_lines(source)
-    hot = hot_lines(source, lines, triggers.substrings, (*triggers.words, *names))
-    dim = hot_lines(source, lines, (), triggers.digit_words) if triggers.digit_words else None
+    starts = line_starts(lines)
+    hot = hot_lines(source, starts, triggers.substrings, (*triggers.words, *names))
+    dim = hot_lines(source, starts, (), triggers.digit_words) if triggers.digit_words else None
     plan = _Planner(lines, hot, dim)
     plan.block(tree.body)
     if not plan.spans:

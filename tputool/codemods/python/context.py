@@ -11,7 +11,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
 from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
-from tputool.codemods.python.names import ImportIndex, resolve
+from tputool.codemods.python.names import ImportIndex, import_bindings, resolve
 from tputool.codemods.python.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.codemods.rules_table import RULES
@@ -227,37 +227,25 @@ def _is_dotted(node: cst.BaseExpression) -> bool:
 
 
 def _scan_imports(module: cst.Module) -> tuple[str | None, dict[str, tuple[str, str | None, str | None]]]:
-    """The name bound to the torch module (if any) and the removable import bindings at module level.
+    """names.import_bindings() of the module-level imports, read from the libcst tree (used where CPython's
+    ast could not parse the file; elsewhere port_python passes names.top_imports())."""
+    return import_bindings(_cst_imports(module))
 
-    bindings maps a bound name to (module, obj, asname); a rewrite of a name listed here makes its import a
-    candidate for imports_prune.prune_imports. `import torch` itself is never listed.
-    """
-    torch_alias: str | None = None
-    bindings: dict[str, tuple[str, str | None, str | None]] = {}
+
+def _cst_imports(module: cst.Module):
     for node in _top_imports(module):
         if isinstance(node, cst.Import):
             for a in node.names:
-                name = get_full_name_for_node(a.name) or ""
                 asname = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None
-                if name == "torch" or (name.startswith("torch.") and asname is None):
-                    if asname is None or name == "torch":
-                        torch_alias = torch_alias or (asname or "torch")
-                    continue
-                if asname:
-                    bindings[asname] = (name, None, asname)
-                elif "." not in name:
-                    bindings[name] = (name, None, None)
+                yield get_full_name_for_node(a.name) or "", None, asname
         elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
             if node.relative or node.module is None:
                 continue
             mod = get_full_name_for_node(node.module) or ""
             for a in node.names:
-                obj = a.name.value if isinstance(a.name, cst.Name) else None
-                if obj is None:
-                    continue
-                asname = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None
-                bindings[asname or obj] = (mod, obj, asname)
-    return torch_alias, bindings
+                if isinstance(a.name, cst.Name):
+                    asname = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None
+                    yield mod, a.name.value, asname
 
 
 def _top_imports(module: cst.Module):

@@ -9,6 +9,7 @@ names from this index; otherwise port_python falls back to QualifiedNameProvider
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -106,42 +107,55 @@ def resolve(index: ImportIndex, dotted: str) -> str | None:
 
 
 Bindings = dict[str, tuple[str, "str | None", "str | None"]]
+ImportEntry = tuple[str, "str | None", "str | None"]
+"""One imported name: (module, obj, asname); obj is None for `import module [as asname]`."""
 
 
-def top_imports(tree: ast.Module, lines: list[str]) -> tuple[str | None, Bindings]:
-    """The name bound to the torch module (if any) and the removable import bindings at module level.
+def import_bindings(entries: Iterable[ImportEntry]) -> tuple[str | None, Bindings]:
+    """The name bound to the torch module (if any) and the removable import bindings, from module-level imports.
 
-    Reads the imports at module level and in the indented bodies of module-level if/try blocks (and their
-    except handlers). bindings maps a bound name to (module, obj, asname); a rewrite of a name listed here
-    makes its import a candidate for imports_prune.prune_imports. `import torch` itself is never listed.
-    `lines` are the source lines (to tell an indented body from a one-line `if x: import y`).
+    bindings maps a bound name to (module, obj, asname); a rewrite of a name listed here makes its import a
+    candidate for imports_prune.prune_imports. `import torch` itself is never listed. Relative and star
+    imports are left out by the callers.
     """
     torch_alias: str | None = None
     bindings: Bindings = {}
+    for module, obj, asname in entries:
+        if obj is not None:
+            bindings[asname or obj] = (module, obj, asname)
+        elif module == "torch" or (module.startswith("torch.") and asname is None):
+            if asname is None or module == "torch":
+                torch_alias = torch_alias or (asname or "torch")
+        elif asname:
+            bindings[asname] = (module, None, asname)
+        elif "." not in module:
+            bindings[module] = (module, None, None)
+    return torch_alias, bindings
+
+
+def top_imports(tree: ast.Module, lines: list[str]) -> tuple[str | None, Bindings]:
+    """import_bindings() of the imports at module level and in the indented bodies of module-level if/try
+    blocks (and their except handlers), read from the ast. `lines` are the source lines (to tell an
+    indented body from a one-line `if x: import y`)."""
+    return import_bindings(_ast_imports(tree, lines))
+
+
+def _ast_imports(tree: ast.Module, lines: list[str]):
     queue: list[ast.stmt] = list(tree.body)
     while queue:
         stmt = queue.pop(0)
         if isinstance(stmt, ast.Import):
             for a in stmt.names:
-                name, asname = a.name, a.asname
-                if name == "torch" or (name.startswith("torch.") and asname is None):
-                    if asname is None or name == "torch":
-                        torch_alias = torch_alias or (asname or "torch")
-                    continue
-                if asname:
-                    bindings[asname] = (name, None, asname)
-                elif "." not in name:
-                    bindings[name] = (name, None, None)
+                yield a.name, None, a.asname
         elif isinstance(stmt, ast.ImportFrom):
             if stmt.level or stmt.module is None or any(a.name == "*" for a in stmt.names):
                 continue
             for a in stmt.names:
-                bindings[a.asname or a.name] = (stmt.module, a.name, a.asname)
+                yield stmt.module, a.name, a.asname
         elif isinstance(stmt, ast.If | ast.Try):
             for body in (stmt.body, *(h.body for h in getattr(stmt, "handlers", ()))):
                 if _indented(body[0], lines):
                     queue.extend(body)
-    return torch_alias, bindings
 
 
 def _indented(stmt: ast.stmt, lines: list[str]) -> bool:
