@@ -173,3 +173,14 @@ def test_inputs_only_the_trace_holds_are_donated(fused, tpu_device: str, monkeyp
     torch.testing.assert_close(p.cpu(), torch.full((1024,), 2.0))
     torch.testing.assert_close(r.cpu(), torch.full((1024,), 3.0))
     torch.testing.assert_close(q.cpu(), torch.ones(1024))
+
+
+def test_scalars_a_lowering_needs_static_are_recorded_static(fused, tpu_device: str) -> None:
+    """pow's exponent stays a Python number in the fused graph (a traced exponent means the slow power)."""
+    x = torch.rand(8, device=tpu_device)
+    fused.flush("test")
+    y = x.pow(2).add(x, alpha=1.5)
+    kinds = [(n[2], n[4]) for n in fused.TRACE.nodes]
+    assert ([("T",), ("s",)], {}) in kinds  # pow: tensor and a static exponent
+    assert ([("T",), ("T",)], {"alpha": ("d",)}) in kinds  # add's alpha stays an input (no recompile per value)
+    torch.testing.assert_close(y.cpu(), x.cpu() ** 2 + 1.5 * x.cpu())

@@ -145,3 +145,18 @@ def test_optimizer_steps_in_place_on_parameters():
 def test_interpolate_forward_backward_on_device(kw, monkeypatch):
     monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
     run_both(lambda a: F.interpolate(a, **kw), torch.randn(2, 3, 4, 6))
+
+
+@pytest.mark.parametrize("exponent", [2, 2.0, 3, -1.0, 0.5, 1.5, 0])
+def test_pow_scalar_matches_cpu_and_whole_exponents_multiply(exponent):
+    import jax
+
+    from tputool.backend.lowerings.elementwise import pow_tensor_scalar
+
+    x = torch.rand(5, 7) + 0.5
+    torch.testing.assert_close((x.to("tpu") ** exponent).cpu(), x ** exponent)
+    hlo = jax.jit(lambda a: pow_tensor_scalar(a, exponent)).lower(jax.numpy.ones((3,))).as_text()
+    # exp(n * log(x)) is many times slower than n-1 multiplies; only a fractional exponent needs it
+    assert ("power" in hlo) == (exponent == 1.5)
+    i = torch.arange(-3, 4)
+    torch.testing.assert_close((i.to("tpu") ** 2).cpu(), i ** 2)

@@ -486,8 +486,11 @@ def _returns(op: torch._ops.OpOverload) -> tuple[int, bool, list[str]]:
             [a.name for a in op._schema.arguments])
 
 
-def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -> tuple | None:
-    """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred."""
+def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace,
+           static_scalars: bool = False) -> tuple | None:
+    """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred.
+    Number arguments become inputs of the fused computation unless `static_scalars` (the lowering needs them
+    as Python numbers) or they equal the schema default."""
     schema, pos_schema = _arg_facts(op)
 
     def conv(v, a):
@@ -507,6 +510,8 @@ def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace) -
                 else:
                     return None
             return refs, ("L",)
+        if static_scalars:
+            return v, ("s",)
         if a is not None and a[0] and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v):
             return [trace._ext(x) for x in v], ("D",)
         if a is not None and a[1] and type(v) in (int, float) and not (a[2] and v == a[3]):
@@ -557,7 +562,7 @@ def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         targets = list(targets) if isinstance(targets, list | tuple) else [targets]
         if not all(_is_data_tensor(t) for t in targets):
             return NotImplemented
-    conv = _kinds(func, args, kwargs, TRACE)
+    conv = _kinds(func, args, kwargs, TRACE, low.static_scalars)
     if conv is None:
         return NotImplemented
     a, kinds, kw, kw_kinds = conv

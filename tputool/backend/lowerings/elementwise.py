@@ -146,8 +146,7 @@ BINARY = {
     aten.special_xlog1py.default: (jsp.xlog1py, KIND.INT_TO_FLOAT),
     aten.nextafter.default: (jnp.nextafter, KIND.DEFAULT),
     aten.floor_divide.default: (_floor_div, KIND.DEFAULT), aten.floor_divide.Scalar: (_floor_div, KIND.DEFAULT),
-    aten.pow.Tensor_Tensor: (jnp.power, KIND.BOOL_TO_LONG), aten.pow.Tensor_Scalar: (jnp.power, KIND.BOOL_TO_LONG),
-    aten.pow.Scalar: (jnp.power, KIND.BOOL_TO_LONG),
+    aten.pow.Tensor_Tensor: (jnp.power, KIND.BOOL_TO_LONG), aten.pow.Scalar: (jnp.power, KIND.BOOL_TO_LONG),
     aten.gcd.default: (jnp.gcd, KIND.DEFAULT), aten.lcm.default: (jnp.lcm, KIND.DEFAULT),
     aten.igamma.default: (jsp.gammainc, KIND.INT_TO_FLOAT), aten.igammac.default: (jsp.gammaincc, KIND.INT_TO_FLOAT),
     aten.special_zeta.default: (jsp.zeta, KIND.INT_TO_FLOAT),
@@ -173,6 +172,22 @@ def _binary(fn, kind):
 
 for _op, (_fn, _kind) in BINARY.items():
     lowering(_op)(_binary(_fn, _kind))
+
+SMALL_POWER = 16
+"""pow(x, n) with a whole-number exponent up to this size is repeated multiplication (lax.integer_pow), as
+PyTorch's kernels special-case it; the general power is exp(n * log(x)), many times slower."""
+
+
+@lowering(aten.pow.Tensor_Scalar, static_scalars=True)  # the exponent decides the computation
+def pow_tensor_scalar(self, exponent):
+    comp, res = promote(KIND.BOOL_TO_LONG, self, exponent)
+    e = exponent
+    whole = type(e) in (int, float) and float(e).is_integer() and abs(e) <= SMALL_POWER
+    if whole and (jnp.issubdtype(comp, jnp.inexact) or e >= 0):
+        return lax.integer_pow(cast(self, comp), int(e)).astype(res)
+    if type(e) is float and e == 0.5 and jnp.issubdtype(comp, jnp.floating):
+        return jnp.sqrt(cast(self, comp)).astype(res)
+    return jnp.power(cast(self, comp), cast(e, comp)).astype(res)
 
 
 def _compare(fn):
