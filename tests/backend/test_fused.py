@@ -112,10 +112,10 @@ def test_a_failed_recording_in_backward_runs_the_op_eagerly_instead_of_aborting(
     loss = (xt.sin() * 3).sum()
     record = fused._record
 
-    def failing(func, args, kwargs):
+    def failing(func, facts, args, kwargs):
         if func is torch.ops.aten.mul.Tensor:  # the backward's grad * 3 and grad * cos(x), on a lazy grad
             raise ValueError("recording failed")
-        return record(func, args, kwargs)
+        return record(func, facts, args, kwargs)
 
     monkeypatch.setattr(fused, "_record", failing)
     loss.backward()  # runs on autograd's tpu worker thread
@@ -127,7 +127,8 @@ def test_rollback_forgets_nodes_and_restores_written_storages(fused, tpu_device:
     t = torch.ones(4, device=tpu_device) * 2
     before = t.untyped_storage()._tpu
     mark = fused.TRACE.mark()
-    fused._record(torch.ops.aten.mul_.Tensor, (t, torch.tensor(5.0)), {})  # a recording about to fail
+    op = torch.ops.aten.mul_.Tensor
+    fused._record(op, fused._facts(op), (t, torch.tensor(5.0)), {})  # a recording about to fail
     assert t.untyped_storage()._tpu is not before and len(fused.TRACE.nodes) > mark[0]
     fused.TRACE.rollback(mark)
     assert t.untyped_storage()._tpu is before and fused.TRACE.mark() == mark

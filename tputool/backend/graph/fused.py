@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mod
 
 from tputool.backend import cache, events, modes, rng
 from tputool.backend import tensor as tt
+from tputool.backend.lowerings import LOWERINGS
 
 aten = torch.ops.aten
 MAX_NODES = 4000
@@ -166,11 +167,14 @@ class Trace:
 
     def tensor_ref(self, t: torch.Tensor) -> tuple:
         """A reference to tensor `t`'s value (through its view) for a node argument."""
-        if t.device.type != "tpu":
-            return self._ext(tt.cpu_to_jax(t))
         st = t.untyped_storage()
-        base = st._tpu
-        if type(base) is tt.Uninit:
+        base = getattr(st, "_tpu", None)
+        if base is None:  # a CPU tensor (a 0-dim scalar)
+            return self._ext(tt.cpu_to_jax(t))
+        if type(base) is Lazy:  # the usual case, inline: the whole of a pending value
+            if base.shape == t.shape and t.storage_offset() == 0 and t.is_contiguous():
+                return ("n", base.node, base.index) if base.value is None else self._ext(base.value)
+        elif type(base) is tt.Uninit:
             tt.to_jax(t)  # materializes the zeros
             base = st._tpu
         size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
@@ -190,7 +194,7 @@ class Trace:
             kw_kinds: dict) -> list[Lazy | None]:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out)."""
-        desc = (fn_key, tuple(_desc(a, k) for a, k in zip(args, kinds, strict=True)),
+        desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=True)]),
                 tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: work the shapes out (abstract evaluation)
@@ -200,10 +204,12 @@ class Trace:
         self._node_shapes.append(shapes)
         idx = len(self.nodes)
         self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
-        single = not isinstance(shapes, tuple | list)
-        outs = [None if s is None else Lazy(self, idx, None if single else j, tuple(s.shape), s.dtype)
-                for j, s in enumerate([shapes] if single else shapes)]
-        self.lazies.extend(weakref.ref(o) for o in outs if o is not None)
+        if not isinstance(shapes, tuple | list):
+            out = Lazy(self, idx, None, shapes.shape, shapes.dtype)
+            self.lazies.append(weakref.ref(out))
+            return [out]
+        outs = [None if s is None else Lazy(self, idx, j, tuple(s.shape), s.dtype) for j, s in enumerate(shapes)]
+        self.lazies.extend([weakref.ref(o) for o in outs if o is not None])
         return outs
 
     def _abstract(self, ref: tuple) -> Any:
@@ -390,38 +396,109 @@ def _has_lazy(args: Any, kwargs: dict) -> bool:
 
 
 def _is_data_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) and x.device.type == "tpu" and tt.has_data(x)
+    # (only this backend's storages carry `_tpu`: CPU tensors and fake/meta tensors on the tpu device do not;
+    # cheaper than building x.device)
+    return isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu")
 
 
-@functools.cache
 def _is_view(op: torch._ops.OpOverload) -> bool:
     rets = op._schema.returns
     return bool(rets) and op not in NOT_VIEWS and all(
         r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
 
-def _table() -> dict:
-    from tputool.backend.graph.extra_lowerings import cached_graph_table
+class _OpFacts:
+    """What the mode needs to know about one op, worked out on its first call (the hot path then does one
+    dict lookup per op instead of re-reading the schema or hashing the op many times)."""
 
-    return cached_graph_table()
+    __slots__ = ("composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
+                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key")
+
+    def __init__(self, func: torch._ops.OpOverload) -> None:
+        from tputool.backend.dispatch import functional_of
+        from tputool.backend.graph.extra_lowerings import cached_graph_table
+
+        self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
+        schema_args = func._schema.arguments
+        self.written = [i for i, a in enumerate(schema_args) if a.alias_info is not None and a.alias_info.is_write]
+        fop = functional_of(func) if self.written else None
+        # out= variants (and in-place ops without a functional twin) run eagerly
+        self.out_variant = bool(self.written) and (fop is None or schema_args[self.written[0]].kwarg_only)
+        self.low = cached_graph_table().get(fop if self.written else func)
+        self.key = str(func)
+        self.plain_key = (self.key,)
+        self.plain_fn = _cast_fn(self.low.fn, None, None, self.low.needs_rng) if self.low is not None else None
+        rets = func._schema.returns
+        self.n_returns = len(rets)
+        self.returns_list = len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType)
+        self.names = [a.name for a in schema_args]
+        self.args, self.pos_args = _arg_facts(func)
+
+
+_FACTS: dict[int, _OpFacts] = {}
+"""id(op) -> its _OpFacts (OpOverload objects live as long as the process; id() is cheaper than their hash)."""
+
+
+def _facts(func: torch._ops.OpOverload) -> _OpFacts:
+    global _facts_for
+    if _facts_for != len(LOWERINGS):  # a lowering was registered since: work the facts out again
+        _FACTS.clear()
+        _facts_for = len(LOWERINGS)
+    f = _FACTS.get(id(func))
+    if f is None:
+        f = _FACTS[id(func)] = _OpFacts(func)
+    return f
+
+
+_facts_for = -1
+
+
+def _skip_dynamo(fn: Callable) -> Callable:
+    """`fn` run with Dynamo's frame evaluation off (what TorchDispatchMode's own wrapper does for a
+    `__torch_dispatch__`, without its per-call bookkeeping: this runs once per op)."""
+    try:
+        from torch._C._dynamo.eval_frame import set_eval_frame
+    except ImportError:  # another PyTorch layout: keep the stock wrapper
+        return torch._disable_dynamo(fn, recursive=True)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        prior = set_eval_frame(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            set_eval_frame(prior)
+
+    return run
 
 
 class FuseMode(TorchDispatchMode):
     """Defers ops on tpu tensors into TRACE (see the module docstring)."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # __torch_dispatch__ is wrapped below by the cheaper _skip_dynamo instead
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
         kwargs = kwargs or {}
-        tensors = _tensors(args, kwargs)
-        if not any(_is_data_tensor(x) for x in tensors) and func not in _FACTORIES:
-            return func(*args, **kwargs)
-        if _composite_implicit(func):  # e.g. to/reshape/contiguous: their parts come back through this mode
+        for x in args:  # (the usual case first: a tensor argument with data on the device)
+            if isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu"):
+                break
+        else:
+            if not any(_is_data_tensor(x) for x in _tensors(args, kwargs)):
+                return func(*args, **kwargs)
+        f = _FACTS.get(id(func)) if _facts_for == len(LOWERINGS) else None
+        if f is None:
+            f = _facts(func)
+        if f.composite:  # e.g. to/reshape/contiguous: their parts come back through this mode
             with self:
                 return func.decompose(*args, **kwargs)
-        if func in PASSTHROUGH or _is_view(func):
+        if f.runs_as_usual:
             return func(*args, **kwargs)
         mark = TRACE.mark()
         try:
-            handled = _record(func, args, kwargs)
+            handled = _record(func, f, args, kwargs)
         except Exception as e:  # noqa: BLE001 - any failure to defer falls back to running the op as Strict does
             # An exception raised here on autograd's tpu worker thread aborts the process ("terminate called
             # without an active exception"), so a failed recording never propagates: the op runs eagerly on
@@ -446,12 +523,8 @@ class FuseMode(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-_FACTORIES: set = set()
+FuseMode.__torch_dispatch__ = _skip_dynamo(FuseMode.__dict__["__torch_dispatch__"])
 
-
-@functools.cache
-def _composite_implicit(func: torch._ops.OpOverload) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 @functools.cache
@@ -478,91 +551,71 @@ def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
 
 
-@functools.cache
-def _returns(op: torch._ops.OpOverload) -> tuple[int, bool, list[str]]:
-    """(number of returns, whether the one return is a list, argument names) of `op`."""
-    rets = op._schema.returns
-    return (len(rets), len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType),
-            [a.name for a in op._schema.arguments])
+KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
+"""Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
 
 
-def _kinds(op: torch._ops.OpOverload, args: tuple, kwargs: dict, trace: Trace,
-           static_scalars: bool = False) -> tuple | None:
+def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple | None:
+    """(recorded form, kind) of one argument value; `a`: its schema facts (see _arg_facts)."""
+    if isinstance(v, torch.Tensor):
+        if hasattr(v.untyped_storage(), "_tpu") or (v.device.type == "cpu" and v.dim() == 0):
+            return trace.tensor_ref(v), KIND_T
+        return None  # a tpu tensor without data (fake/meta), or a CPU tensor with elements
+    if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
+        refs = []
+        for x in v:
+            if x is None:
+                refs.append(None)
+            elif isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu"):
+                refs.append(trace.tensor_ref(x))
+            else:
+                return None
+        return refs, KIND_L
+    if static_scalars or a is None:
+        return v, KIND_S
+    if a[0] and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v):
+        return [trace._ext(x) for x in v], KIND_DL
+    if a[1] and type(v) in (int, float) and not (a[2] and v == a[3]):
+        return trace._ext(v), KIND_D
+    return v, KIND_S
+
+
+def _kinds(f: _OpFacts, args: tuple, kwargs: dict, trace: Trace, static_scalars: bool = False) -> tuple | None:
     """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred.
     Number arguments become inputs of the fused computation unless `static_scalars` (the lowering needs them
     as Python numbers) or they equal the schema default."""
-    schema, pos_schema = _arg_facts(op)
-
-    def conv(v, a):
-        if isinstance(v, torch.Tensor):
-            if v.device.type == "tpu" and not tt.has_data(v):
-                return None
-            if v.device.type not in ("tpu", "cpu") or (v.device.type == "cpu" and v.dim() != 0):
-                return None
-            return (trace.tensor_ref(v),), ("T",)
-        if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
-            refs = []
-            for x in v:
-                if x is None:
-                    refs.append(None)
-                elif isinstance(x, torch.Tensor) and (x.device.type == "tpu" and tt.has_data(x)):
-                    refs.append(trace.tensor_ref(x))
-                else:
-                    return None
-            return refs, ("L",)
-        if static_scalars:
-            return v, ("s",)
-        if a is not None and a[0] and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v):
-            return [trace._ext(x) for x in v], ("D",)
-        if a is not None and a[1] and type(v) in (int, float) and not (a[2] and v == a[3]):
-            return trace._ext(v), ("d",)
-        return v, ("s",)
-
+    schema, pos_schema = f.args, f.pos_args
+    conv = _conv
     out_args, kinds = [], []
     for i, v in enumerate(args):
-        r = conv(v, pos_schema[i] if i < len(pos_schema) else None)
+        r = conv(v, pos_schema[i] if i < len(pos_schema) else None, trace, static_scalars)
         if r is None:
             return None
-        out_args.append(r[0])
+        out_args.append((r[0],) if r[1] is KIND_T else r[0])
         kinds.append(r[1])
     out_kw, kw_kinds = {}, {}
     for n, v in kwargs.items():
-        r = conv(v, schema.get(n))
+        r = conv(v, schema.get(n), trace, static_scalars)
         if r is None:
             return None
-        out_kw[n], kw_kinds[n] = r
+        out_kw[n], kw_kinds[n] = ((r[0],), r[1]) if r[1] is KIND_T else r
     return tuple(out_args), kinds, out_kw, kw_kinds
 
 
-@functools.cache
-def _plan(func: torch._ops.OpOverload) -> tuple:
-    """(written argument positions, functional twin, whether it is an out= variant) of `func`, computed once."""
-    from tputool.backend.dispatch import functional_of
-
-    args = func._schema.arguments
-    written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
-    return written, (functional_of(func) if written else None), bool(written) and args[written[0]].kwarg_only
-
-
-def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict) -> Any:
     if func is aten._to_copy.default and kwargs.get("device") is not None and torch.device(
             kwargs["device"]).type != "tpu":
         return NotImplemented
-    table = _table()
-    written, fop, out_variant = _plan(func)
-    if written and (fop is None or out_variant):
-        return NotImplemented  # out= variants run eagerly
-    low = table.get(fop if written else func)
-    if low is None:
-        return NotImplemented
-    n_returns, returns_list, names = _returns(func)
+    low, written = f.low, f.written
+    if low is None or f.out_variant:
+        return NotImplemented  # (no lowering, or an out= variant: runs eagerly)
     if written:
-        vals = list(args) + [kwargs.get(n) for n in names[len(args):]]
+        vals = list(args) + [kwargs.get(n) for n in f.names[len(args):]]
         targets = vals[written[0]]
         targets = list(targets) if isinstance(targets, list | tuple) else [targets]
         if not all(_is_data_tensor(t) for t in targets):
             return NotImplemented
-    conv = _kinds(func, args, kwargs, TRACE, low.static_scalars)
+    conv = _kinds(f, args, kwargs, TRACE, low.static_scalars)
     if conv is None:
         return NotImplemented
     a, kinds, kw, kw_kinds = conv
@@ -570,19 +623,20 @@ def _record(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         kw = {**kw, "rng_words": TRACE._ext(rng.next_words())}
         kw_kinds = {**kw_kinds, "rng_words": ("d",)}
     if not written:
-        fn = _cast_fn(low.fn, None, None, low.needs_rng)
-        outs = TRACE.add(fn, (str(func),), a, kinds, kw, kw_kinds)
+        outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
+        if f.n_returns == 1 and len(outs) == 1 and outs[0] is not None and not f.returns_list:
+            return _new_tensor(outs[0])
         res = [None if o is None else _new_tensor(o) for o in outs]
-        if returns_list:
+        if f.returns_list:
             return res
-        return res[0] if n_returns == 1 else tuple(res)
+        return res[0] if f.n_returns == 1 else tuple(res)
     dts = tuple(tt.dtypes.to_np(t.dtype) for t in targets)
     shapes = tuple(tuple(t.shape) for t in targets)
     fn = _cast_fn(low.fn, dts, shapes, low.needs_rng)
-    outs = TRACE.add(fn, (str(func), dts, shapes), a, kinds, kw, kw_kinds)
+    outs = TRACE.add(fn, (f.key, dts, shapes), a, kinds, kw, kw_kinds)
     for t, o in zip(targets, outs, strict=True):
         _write(t, o)
-    return vals[written[0]] if n_returns else None
+    return vals[written[0]] if f.n_returns else None
 
 
 def _new_tensor(lz: Lazy) -> torch.Tensor:
