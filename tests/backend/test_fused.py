@@ -185,3 +185,26 @@ def test_scalars_a_lowering_needs_static_are_recorded_static(fused, tpu_device: 
     assert ([("T",), ("s",)], {}) in kinds  # pow: tensor and a static exponent
     assert ([("T",), ("T",)], {"alpha": ("d",)}) in kinds  # add's alpha stays an input (no recompile per value)
     torch.testing.assert_close(y.cpu(), x.cpu() ** 2 + 1.5 * x.cpu())
+
+
+def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_device: str) -> None:
+    """randn / randn_like / dropout and factories (full, ones, scalar_tensor) are recorded, not run eagerly,
+    and a seed gives the same numbers in Fused mode as in Strict mode."""
+    from tputool.backend.graph import fused as engine
+
+    x = torch.ones(64, device=tpu_device)
+
+    def draw(mode):
+        torch.manual_seed(0)
+        events.reset()
+        with torch.tpu.eager_mode(mode):
+            vals = (torch.randn(8, device=tpu_device), torch.randn_like(x), torch.nn.functional.dropout(x, 0.5),
+                    torch.ones(3, 3, dtype=torch.bool, device=tpu_device).tril(),
+                    torch.scalar_tensor(2.5, device=tpu_device) * x[:2])
+            if mode is torch.tpu.EagerMode.DEFER_AND_FUSE:
+                assert len(engine.TRACE.nodes) >= 5 and not _flushes()  # all pending, nothing ran eagerly
+            return [v.cpu() for v in vals]
+
+    strict, fused_vals = draw(torch.tpu.EagerMode.DEFER_NEVER), draw(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    for s, f in zip(strict, fused_vals, strict=True):
+        torch.testing.assert_close(f, s)

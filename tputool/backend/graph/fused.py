@@ -362,7 +362,8 @@ def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callab
 def _cast_fn(fn: Callable, dtypes: tuple, shapes: tuple, rng_words: bool) -> Callable:
     def cast(*args, **kwargs):
         if rng_words:
-            kwargs = {**kwargs, "rng_key": rng.key_from_words(kwargs.pop("rng_words"))}
+            kwargs = dict(kwargs)
+            kwargs["rng_key"] = rng.key_from_words(kwargs.pop("rng_words"))
         out = fn(*args, **kwargs)
         if dtypes is None:
             return out
@@ -399,6 +400,13 @@ def _is_data_tensor(x: Any) -> bool:
     # (only this backend's storages carry `_tpu`: CPU tensors and fake/meta tensors on the tpu device do not;
     # cheaper than building x.device)
     return isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu")
+
+
+def _on_tpu(device: Any) -> bool:
+    """True for a `device=` argument naming the tpu device."""
+    if device is None:
+        return False
+    return device.type == "tpu" if isinstance(device, torch.device) else str(device).split(":")[0] == "tpu"
 
 
 def _is_view(op: torch._ops.OpOverload) -> bool:
@@ -486,8 +494,9 @@ class FuseMode(TorchDispatchMode):
             if isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu"):
                 break
         else:
-            if not any(_is_data_tensor(x) for x in _tensors(args, kwargs)):
-                return func(*args, **kwargs)
+            tensors = _tensors(args, kwargs)
+            if not any(_is_data_tensor(x) for x in tensors) and (tensors or not _on_tpu(kwargs.get("device"))):
+                return func(*args, **kwargs)  # (a factory for the tpu device, e.g. full or scalar_tensor, is recorded)
         f = _FACTS.get(id(func)) if _facts_for == len(LOWERINGS) else None
         if f is None:
             f = _facts(func)
