@@ -24,6 +24,9 @@ from tputool.backend import dtypes, events, views
 _create = torch._C._acc.create_empty_tensor
 _META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+_set_storage_meta = _set_storage._handle.redispatch_boxed
+"""set_(storage, offset, size, stride) run by the Meta kernel: (keyset, tensor, storage, offset, size, stride).
+(The OpOverload's own .redispatch adds a Python layer; this runs once per view.)"""
 
 
 _pending: list[weakref.ref] = []
@@ -98,8 +101,7 @@ def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
 def alias(t: torch.Tensor, size, stride, offset: int | None = None) -> torch.Tensor:
     """A new tensor sharing `t`'s storage, seen through (size, stride, offset) — a true view."""
     v = _create((0,), t.dtype)
-    _set_storage.redispatch(_META_KS, v, t.untyped_storage(), t.storage_offset() if offset is None else offset,
-                            tuple(size), tuple(stride))
+    _set_storage_meta(_META_KS, v, t.untyped_storage(), t.storage_offset() if offset is None else offset, size, stride)
     return v
 
 

@@ -194,8 +194,8 @@ class Trace:
             kw_kinds: dict) -> list[Lazy | None]:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out)."""
-        desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=True)]),
-                tuple(sorted((n, _desc(v, kw_kinds[n])) for n, v in kwargs.items())) if kwargs else ())
+        desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
+                tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: work the shapes out (abstract evaluation)
             nxt = self.step.kids[desc] = _Step(self._shapes(fn, desc, args, kinds, kwargs, kw_kinds))
@@ -420,7 +420,7 @@ class _OpFacts:
     dict lookup per op instead of re-reading the schema or hashing the op many times)."""
 
     __slots__ = ("composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
-                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key")
+                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         from tputool.backend.dispatch import functional_of
@@ -428,6 +428,7 @@ class _OpFacts:
 
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
         self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
+        self.is_to_copy = func is aten._to_copy.default
         schema_args = func._schema.arguments
         self.written = [i for i, a in enumerate(schema_args) if a.alias_info is not None and a.alias_info.is_write]
         fop = functional_of(func) if self.written else None
@@ -593,18 +594,25 @@ def _kinds(f: _OpFacts, args: tuple, kwargs: dict, trace: Trace, static_scalars:
     """Resolved (args, kinds, kwargs, kw_kinds) for recording, or None if an argument cannot be deferred.
     Number arguments become inputs of the fused computation unless `static_scalars` (the lowering needs them
     as Python numbers) or they equal the schema default."""
-    schema, pos_schema = f.args, f.pos_args
-    conv = _conv
+    pos_schema = f.pos_args
+    n_pos = len(pos_schema)
     out_args, kinds = [], []
     for i, v in enumerate(args):
-        r = conv(v, pos_schema[i] if i < len(pos_schema) else None, trace, static_scalars)
+        if isinstance(v, torch.Tensor) and hasattr(v.untyped_storage(), "_tpu"):  # the usual case, inline
+            out_args.append((trace.tensor_ref(v),))
+            kinds.append(KIND_T)
+            continue
+        r = _conv(v, pos_schema[i] if i < n_pos else None, trace, static_scalars)
         if r is None:
             return None
         out_args.append((r[0],) if r[1] is KIND_T else r[0])
         kinds.append(r[1])
+    if not kwargs:
+        return tuple(out_args), kinds, {}, {}
+    schema = f.args
     out_kw, kw_kinds = {}, {}
     for n, v in kwargs.items():
-        r = conv(v, schema.get(n), trace, static_scalars)
+        r = _conv(v, schema.get(n), trace, static_scalars)
         if r is None:
             return None
         out_kw[n], kw_kinds[n] = ((r[0],), r[1]) if r[1] is KIND_T else r
@@ -612,8 +620,7 @@ def _kinds(f: _OpFacts, args: tuple, kwargs: dict, trace: Trace, static_scalars:
 
 
 def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict) -> Any:
-    if func is aten._to_copy.default and kwargs.get("device") is not None and torch.device(
-            kwargs["device"]).type != "tpu":
+    if f.is_to_copy and kwargs.get("device") is not None and torch.device(kwargs["device"]).type != "tpu":
         return NotImplemented
     low, written = f.low, f.written
     if low is None or f.out_variant:
@@ -648,8 +655,13 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     return vals[written[0]] if f.n_returns else None
 
 
+_NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
+_create_empty = torch._C._acc.create_empty_tensor
+
+
 def _new_tensor(lz: Lazy) -> torch.Tensor:
-    t = torch._C._acc.create_empty_tensor(lz.shape, tt.dtypes.NP_TO_TORCH[np.dtype(lz.dtype)])
+    dt = _NP_TO_TORCH.get(lz.dtype) or _NP_TO_TORCH[np.dtype(lz.dtype)]
+    t = _create_empty(lz.shape, dt)
     st = t.untyped_storage()
     st._tpu = lz
     TRACE.storages.append(weakref.ref(st))
