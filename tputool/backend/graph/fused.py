@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mod
 from tputool.backend import cache, events, modes, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import LOWERINGS
+from tputool.backend.view_geometry import GEOMETRY
 
 aten = torch.ops.aten
 MAX_NODES = 4000
@@ -420,7 +421,7 @@ class _OpFacts:
     dict lookup per op instead of re-reading the schema or hashing the op many times)."""
 
     __slots__ = ("composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
-                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy")
+                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         from tputool.backend.dispatch import functional_of
@@ -428,6 +429,7 @@ class _OpFacts:
 
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
         self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
+        self.geometry = GEOMETRY.get(func) if self.runs_as_usual else None
         self.is_to_copy = func is aten._to_copy.default
         schema_args = func._schema.arguments
         self.written = [i for i, a in enumerate(schema_args) if a.alias_info is not None and a.alias_info.is_write]
@@ -505,6 +507,10 @@ class FuseMode(TorchDispatchMode):
             with self:
                 return func.decompose(*args, **kwargs)
         if f.runs_as_usual:
+            if f.geometry is not None:  # a common view: made here, without PyTorch's trip through as_strided
+                geo = f.geometry(*args, **kwargs)
+                if geo is not None:
+                    return tt.alias(args[0], *geo)
             return func(*args, **kwargs)
         mark = TRACE.mark()
         try:
