@@ -169,7 +169,10 @@ class Trace:
     def tensor_ref(self, t: torch.Tensor) -> tuple:
         """A reference to tensor `t`'s value (through its view) for a node argument."""
         st = t.untyped_storage()
-        base = getattr(st, "_tpu", None)
+        return self.storage_ref(t, st, getattr(st, "_tpu", None))
+
+    def storage_ref(self, t: torch.Tensor, st: Any, base: Any) -> tuple:
+        """`tensor_ref(t)` for a caller that already read t's storage `st` and its value `base`."""
         if base is None:  # a CPU tensor (a 0-dim scalar)
             return self._ext(tt.cpu_to_jax(t))
         if type(base) is Lazy:  # the usual case, inline: the whole of a pending value
@@ -187,7 +190,7 @@ class Trace:
             fn, key = _reshape_fn(size), ("reshape", size)
         else:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
-        (out,) = self.add(fn, key, ((ref,),), [("T",)], {}, {})
+        (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {})
         return ("n", out.node, out.index)
 
     # -- nodes ----------------------------------------------------------------------------------------
@@ -604,10 +607,13 @@ def _kinds(f: _OpFacts, args: tuple, kwargs: dict, trace: Trace, static_scalars:
     n_pos = len(pos_schema)
     out_args, kinds = [], []
     for i, v in enumerate(args):
-        if isinstance(v, torch.Tensor) and hasattr(v.untyped_storage(), "_tpu"):  # the usual case, inline
-            out_args.append((trace.tensor_ref(v),))
-            kinds.append(KIND_T)
-            continue
+        if isinstance(v, torch.Tensor):  # the usual case, inline: a tensor with data on the device
+            st = v.untyped_storage()
+            base = getattr(st, "_tpu", None)
+            if base is not None:
+                out_args.append((trace.storage_ref(v, st, base),))
+                kinds.append(KIND_T)
+                continue
         r = _conv(v, pos_schema[i] if i < n_pos else None, trace, static_scalars)
         if r is None:
             return None
@@ -685,12 +691,12 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
     if whole and tuple(base.shape) == size:
         new = value
     elif whole:
-        (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [("T",)], {}, {})
+        (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [KIND_T], {}, {})
     else:
         bref = TRACE._ref(base)
         fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
         (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
-                           [("T",), ("T",)], {}, {})
+                           [KIND_T, KIND_T], {}, {})
     TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
     TRACE.storages.append(weakref.ref(st))
