@@ -208,3 +208,9 @@ def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_
     strict, fused_vals = draw(torch.tpu.EagerMode.DEFER_NEVER), draw(torch.tpu.EagerMode.DEFER_AND_FUSE)
     for s, f in zip(strict, fused_vals, strict=True):
         torch.testing.assert_close(f, s)
+
+
+def test_cpu_sparse_tensors_pass_through_the_mode(fused) -> None:
+    """Tensors without a storage (sparse) are not asked for one: CPU sparse ops run as usual."""
+    s = torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2))
+    torch.testing.assert_close((s + s).to_dense(), torch.tensor([[0.0, 2.0], [4.0, 0.0]]))

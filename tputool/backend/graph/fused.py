@@ -402,8 +402,11 @@ def _has_lazy(args: Any, kwargs: dict) -> bool:
 
 def _is_data_tensor(x: Any) -> bool:
     # (only this backend's storages carry `_tpu`: CPU tensors and fake/meta tensors on the tpu device do not;
-    # cheaper than building x.device)
-    return isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu")
+    # cheaper than building x.device. Sparse/mkldnn tensors have no storage to ask.)
+    return isinstance(x, torch.Tensor) and x.layout is _STRIDED and hasattr(x.untyped_storage(), "_tpu")
+
+
+_STRIDED = torch.strided
 
 
 def _on_tpu(device: Any) -> bool:
@@ -423,13 +426,14 @@ class _OpFacts:
     """What the mode needs to know about one op, worked out on its first call (the hot path then does one
     dict lookup per op instead of re-reading the schema or hashing the op many times)."""
 
-    __slots__ = ("composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
+    __slots__ = ("op", "composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
                  "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         from tputool.backend.dispatch import functional_of
         from tputool.backend.graph.extra_lowerings import cached_graph_table
 
+        self.op = func  # (held: _FACTS is keyed by its id)
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
         self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
         self.geometry = GEOMETRY.get(func) if self.runs_as_usual else None
@@ -497,7 +501,7 @@ class FuseMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
         kwargs = kwargs or {}
         for x in args:  # (the usual case first: a tensor argument with data on the device)
-            if isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu"):
+            if isinstance(x, torch.Tensor) and x.layout is _STRIDED and hasattr(x.untyped_storage(), "_tpu"):
                 break
         else:
             tensors = _tensors(args, kwargs)
@@ -577,7 +581,7 @@ KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple | None:
     """(recorded form, kind) of one argument value; `a`: its schema facts (see _arg_facts)."""
     if isinstance(v, torch.Tensor):
-        if hasattr(v.untyped_storage(), "_tpu") or (v.device.type == "cpu" and v.dim() == 0):
+        if _is_data_tensor(v) or (v.device.type == "cpu" and v.layout is _STRIDED and v.dim() == 0):
             return trace.tensor_ref(v), KIND_T
         return None  # a tpu tensor without data (fake/meta), or a CPU tensor with elements
     if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
@@ -585,7 +589,7 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
         for x in v:
             if x is None:
                 refs.append(None)
-            elif isinstance(x, torch.Tensor) and hasattr(x.untyped_storage(), "_tpu"):
+            elif _is_data_tensor(x):
                 refs.append(trace.tensor_ref(x))
             else:
                 return None
@@ -607,7 +611,7 @@ def _kinds(f: _OpFacts, args: tuple, kwargs: dict, trace: Trace, static_scalars:
     n_pos = len(pos_schema)
     out_args, kinds = [], []
     for i, v in enumerate(args):
-        if isinstance(v, torch.Tensor):  # the usual case, inline: a tensor with data on the device
+        if isinstance(v, torch.Tensor) and v.layout is _STRIDED:  # the usual case, inline: data on the device
             st = v.untyped_storage()
             base = getattr(st, "_tpu", None)
             if base is not None:

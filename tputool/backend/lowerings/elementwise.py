@@ -183,10 +183,10 @@ def pow_tensor_scalar(self, exponent):
     comp, res = promote(KIND.BOOL_TO_LONG, self, exponent)
     e = exponent
     whole = type(e) in (int, float) and float(e).is_integer() and abs(e) <= SMALL_POWER
-    if whole and (jnp.issubdtype(comp, jnp.inexact) or e >= 0):
-        return lax.integer_pow(cast(self, comp), int(e)).astype(res)
-    if type(e) is float and e == 0.5 and jnp.issubdtype(comp, jnp.floating):
-        return jnp.sqrt(cast(self, comp)).astype(res)
+    if whole and (jnp.issubdtype(comp, jnp.floating) or (jnp.issubdtype(comp, jnp.integer) and e >= 0)):
+        return lax.integer_pow(cast(self, comp), int(e)).astype(res)  # (complex keeps pow: inf/nan cases)
+    if type(e) is float and e == 0.5 and jnp.issubdtype(comp, jnp.floating) and self.dtype != jnp.float16:
+        return jnp.sqrt(cast(self, comp)).astype(res)  # (as PyTorch's CPU kernel; its float16 one uses pow)
     return jnp.power(cast(self, comp), cast(e, comp)).astype(res)
 
 
