@@ -214,3 +214,16 @@ def test_cpu_sparse_tensors_pass_through_the_mode(fused) -> None:
     """Tensors without a storage (sparse) are not asked for one: CPU sparse ops run as usual."""
     s = torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2))
     torch.testing.assert_close((s + s).to_dense(), torch.tensor([[0.0, 2.0], [4.0, 0.0]]))
+
+
+def test_registering_a_lowering_forgets_the_ops_facts(fused, tpu_device: str) -> None:
+    """An op's cached facts name its lowering: a lowering registered later must be seen."""
+    from tputool.backend.lowerings import lowering
+
+    x = torch.ones(3, device=tpu_device)
+    (x + x).cpu()
+    add = torch.ops.aten.add.Tensor
+    facts = fused._FACTS[id(add)]
+    lowering(add)(facts.low.fn)  # the same function again: a registration all the same
+    assert id(add) not in fused._FACTS
+    torch.testing.assert_close((x + x).cpu(), torch.full((3,), 2.0))

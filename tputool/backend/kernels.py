@@ -13,6 +13,7 @@ import torch
 from tputool.backend import dtypes, modes
 from tputool.backend import tensor as tt
 from tputool.backend.dispatch import SPECIAL, Signature
+from tputool.backend.views import contiguous_strides
 
 aten = torch.ops.aten
 
@@ -42,15 +43,6 @@ def _kernel(*ops):
         return fn
 
     return reg
-
-
-def contiguous_strides(size) -> tuple[int, ...]:
-    """Row-major strides of `size`."""
-    out, acc = [], 1
-    for s in reversed(size):
-        out.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(out))
 
 
 # ---- allocation -----------------------------------------------------------------------------------

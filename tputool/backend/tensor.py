@@ -92,7 +92,7 @@ def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
     if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
         n = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
         t.untyped_storage()._tpu = Uninit((n,), dtypes.to_np(dtype))
-        _set_storage.redispatch(_META_KS, t, t.untyped_storage(), 0, size, tuple(stride))
+        _set_storage_meta(_META_KS, t, t.untyped_storage(), 0, size, stride)
     else:
         t.untyped_storage()._tpu = Uninit(size, dtypes.to_np(dtype))
     return t
@@ -151,7 +151,7 @@ def resize(t: torch.Tensor, size) -> None:
             st._tpu = Uninit((need,), base.dtype)
         else:
             st._tpu = jnp.pad(base.reshape(-1), (0, need - base.size))
-    _set_storage.redispatch(_META_KS, t, st, t.storage_offset(), size, stride)
+    _set_storage_meta(_META_KS, t, st, t.storage_offset(), size, stride)
 
 
 # ---- host <-> device ----------------------------------------------------------------------------

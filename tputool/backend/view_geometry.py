@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from tputool.backend.views import contiguous_strides
+
 aten = torch.ops.aten
 Geometry = tuple[list[int], list[int], int]
 
@@ -25,14 +27,6 @@ def _dim(d: int, n: int) -> int | None:
     if not -m <= d < m:
         return None
     return d % m
-
-
-def _contiguous(size: list[int]) -> list[int]:
-    out, acc = [1] * len(size), 1
-    for i in range(len(size) - 1, -1, -1):
-        out[i] = acc
-        acc *= max(size[i], 1)
-    return out
 
 
 def transpose(x: torch.Tensor, dim0: int, dim1: int) -> Geometry | None:
@@ -135,7 +129,7 @@ def select(x: torch.Tensor, dim: int, index: int) -> Geometry | None:
 
 def view(x: torch.Tensor, size: list[int]) -> Geometry | None:
     numel = x.numel()
-    if numel == 0 or list(x.stride()) != _contiguous(list(x.shape)):
+    if numel == 0 or x.stride() != contiguous_strides(x.shape):
         return None  # (only row-major strides here: the general stride rule stays PyTorch's)
     size = list(size)
     if size.count(-1) > 1 or any(s < -1 for s in size):
@@ -153,7 +147,7 @@ def view(x: torch.Tensor, size: list[int]) -> Geometry | None:
         total *= s
     if total != numel:
         return None
-    return size, _contiguous(size), x.storage_offset()
+    return size, list(contiguous_strides(size)), x.storage_offset()
 
 
 GEOMETRY: dict[torch._ops.OpOverload, Callable[..., Geometry | None]] = {

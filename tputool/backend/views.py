@@ -105,6 +105,15 @@ def _is_contiguous(size: tuple, stride: tuple) -> bool:
     return True
 
 
+def contiguous_strides(size) -> tuple[int, ...]:
+    """Row-major strides of `size` (size-0 dims count as 1, as PyTorch's)."""
+    out, acc = [], 1
+    for s in reversed(size):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
+
+
 def is_contiguous(size: tuple, stride: tuple) -> bool:
     """True when (size, stride) is row-major contiguous (size-1 dims may have any stride)."""
     return _is_contiguous(size, stride)

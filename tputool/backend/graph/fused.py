@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mod
 
 from tputool.backend import cache, events, modes, rng
 from tputool.backend import tensor as tt
-from tputool.backend.lowerings import LOWERINGS
+from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.view_geometry import GEOMETRY
 
 aten = torch.ops.aten
@@ -411,9 +411,7 @@ _STRIDED = torch.strided
 
 def _on_tpu(device: Any) -> bool:
     """True for a `device=` argument naming the tpu device."""
-    if device is None:
-        return False
-    return device.type == "tpu" if isinstance(device, torch.device) else str(device).split(":")[0] == "tpu"
+    return device is not None and torch.device(device).type == "tpu"
 
 
 def _is_view(op: torch._ops.OpOverload) -> bool:
@@ -458,18 +456,12 @@ _FACTS: dict[int, _OpFacts] = {}
 """id(op) -> its _OpFacts (OpOverload objects live as long as the process; id() is cheaper than their hash)."""
 
 
+_on_lowerings_change(_FACTS.clear)  # (a lowering registered later changes what an op's facts say)
+
+
 def _facts(func: torch._ops.OpOverload) -> _OpFacts:
-    global _facts_for
-    if _facts_for != len(LOWERINGS):  # a lowering was registered since: work the facts out again
-        _FACTS.clear()
-        _facts_for = len(LOWERINGS)
-    f = _FACTS.get(id(func))
-    if f is None:
-        f = _FACTS[id(func)] = _OpFacts(func)
+    f = _FACTS[id(func)] = _OpFacts(func)
     return f
-
-
-_facts_for = -1
 
 
 def _skip_dynamo(fn: Callable) -> Callable:
@@ -507,9 +499,7 @@ class FuseMode(TorchDispatchMode):
             tensors = _tensors(args, kwargs)
             if not any(_is_data_tensor(x) for x in tensors) and (tensors or not _on_tpu(kwargs.get("device"))):
                 return func(*args, **kwargs)  # (a factory for the tpu device, e.g. full or scalar_tensor, is recorded)
-        f = _FACTS.get(id(func)) if _facts_for == len(LOWERINGS) else None
-        if f is None:
-            f = _facts(func)
+        f = _FACTS.get(id(func)) or _facts(func)
         if f.composite:  # e.g. to/reshape/contiguous: their parts come back through this mode
             with self:
                 return func.decompose(*args, **kwargs)
@@ -560,7 +550,6 @@ def _decomposition(func: torch._ops.OpOverload) -> Callable | None:
     return decomposition_table.get(func)
 
 
-@functools.cache
 def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
     """Per argument of `op`, computed once: (is a number list, is a number, has a default, the default);
     by name and in positional order (schema objects are rebuilt on every access, so never on the hot path)."""
@@ -653,11 +642,9 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     a, kinds, kw, kw_kinds = conv
     if low.needs_rng:
         kw = {**kw, "rng_words": TRACE._ext(rng.next_words())}
-        kw_kinds = {**kw_kinds, "rng_words": ("d",)}
+        kw_kinds = {**kw_kinds, "rng_words": KIND_D}
     if not written:
         outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
-        if f.n_returns == 1 and len(outs) == 1 and outs[0] is not None and not f.returns_list:
-            return _new_tensor(outs[0])
         res = [None if o is None else _new_tensor(o) for o in outs]
         if f.returns_list:
             return res

@@ -40,6 +40,13 @@ class Lowering:
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 """OpOverload (e.g. torch.ops.aten.add.Tensor) -> Lowering."""
 
+_listeners: list[Callable[[], None]] = []
+
+
+def on_change(fn: Callable[[], None]) -> None:
+    """Call `fn()` after every registration (for caches derived from the table)."""
+    _listeners.append(fn)
+
 
 def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
@@ -49,6 +56,8 @@ def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False) -> Cal
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
                 LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars)
+        for listener in _listeners:
+            listener()
         return fn
 
     return register
