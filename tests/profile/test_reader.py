@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 
@@ -31,9 +32,12 @@ def test_capture_single_device(tmp_path):
 
     from tputool.profile.capture import capture
 
+    salt = float(uuid.uuid4().int % 2**24)  # a computation no persistent cache (build/jax-cache) holds yet:
+    # the first step must compile
+
     @jax.jit
     def f(x):
-        return jnp.tanh(x @ x.T).sum()
+        return jnp.tanh(x @ x.T).sum() + salt
 
     x = jnp.ones((128, 128))
     s = capture(lambda i: f(x + i), steps=3, outdir=tmp_path)
@@ -53,7 +57,8 @@ def test_capture_without_python_tracer_still_sees_steps_and_compiles(tmp_path):
 
     from tputool.profile.capture import capture
 
-    f = jax.jit(lambda x: jnp.sin(x) @ x)
+    salt = float(uuid.uuid4().int % 2**24)  # (see test_capture_single_device)
+    f = jax.jit(lambda x: jnp.sin(x) @ x + salt)
     x = jnp.ones((64, 64))
     s = capture(lambda i: f(x), steps=3, outdir=tmp_path, python_tracer=False)
     assert s.excluded_steps == 1 and len(s.step_times_s) == 2 and s.compile_s > 0 and s.compute_s > 0
