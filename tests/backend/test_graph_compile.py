@@ -178,3 +178,15 @@ def test_mutated_input_still_referenced_elsewhere_is_not_donated(tpu_device: str
     torch.testing.assert_close(torch.from_numpy(jax.device_get(kept).copy()), torch.full((4,), 1.0))
     torch.testing.assert_close(p.cpu(), torch.full((4,), 3.0))
     assert p._version > version
+
+
+def test_compiled_optimizer_keeps_step_counters_on_tpu(tpu_device: str) -> None:
+    model = torch.nn.Linear(4, 2).to(tpu_device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = torch.compile(opt.step, backend="tpu")
+    for _ in range(2):
+        model(torch.ones(3, 4, device=tpu_device)).sum().backward()
+        step()
+    counters = [s["step"] for s in opt.state.values()]
+    assert len(counters) == 2 and all(c.device.type == "tpu" for c in counters)
+    assert [float(c) for c in counters] == [2.0, 2.0]

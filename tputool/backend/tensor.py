@@ -129,7 +129,11 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     """Store `value` (shape and dtype of `t`) into tpu tensor `t`, through its view."""
     st = t.untyped_storage()
     base = st._tpu
-    size, off = tuple(t.shape), t.storage_offset()
+    off = t.storage_offset()
+    if off == 0 and value.shape == base.shape and t.is_contiguous():  # the whole buffer, same shape
+        st._tpu = value
+        return
+    size = tuple(t.shape)
     if off == 0 and t.is_contiguous() and math.prod(size) == base.size:
         st._tpu = value if value.shape == base.shape else value.reshape(base.shape)
         return

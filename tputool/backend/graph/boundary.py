@@ -14,7 +14,12 @@ from typing import Any
 import jax
 import torch
 
+from tputool.backend import modes
+from tputool.backend import tensor as tt
 from tputool.backend.graph.host import cpu_to_jax, jax_to_cpu
+
+_FUSED = modes.EagerMode.DEFER_AND_FUSE
+_increment_version = torch.autograd.graph.increment_version
 
 
 def device_type_of(values: Sequence[Any]) -> str:
@@ -29,23 +34,15 @@ def to_jax(t: Any) -> Any:
     """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    try:
-        return _tpu_to_jax(t)
-    except AttributeError:  # no `_tpu` on the storage: a CPU tensor
+    if not hasattr(t.untyped_storage(), "_tpu"):
         if t.device.type == "cpu":
             return cpu_to_jax(t)
-        raise
-
-
-def _tpu_to_jax(t: torch.Tensor) -> jax.Array:
-    from tputool.backend.modes import EagerMode, current
-    from tputool.backend.tensor import to_jax as tpu_to_jax
-
-    if current is EagerMode.DEFER_AND_FUSE:  # a deferred value must be computed before a graph reads it
+        raise TypeError(f"a compiled tpu graph got a {t.device.type} tensor that holds no data")
+    if modes.current is _FUSED:  # a deferred value must be computed before a graph reads it
         from tputool.backend.graph.fused import materialize
 
         materialize(t, "compiled graph input")
-    return tpu_to_jax(t)
+    return tt.to_jax(t)
 
 
 _EXCLUSIVE_REFS = 4  # the storage attribute, the caller list, this function argument, getrefcount argument
@@ -57,17 +54,18 @@ def donatable(t: torch.Tensor, value: jax.Array) -> bool:
     return getattr(st, "_tpu", None) is value and sys.getrefcount(value) <= _EXCLUSIVE_REFS
 
 
-def write_back(t: torch.Tensor, value: jax.Array) -> None:
-    """Store a compiled graph's new value of input `t` into it, as an in-place op would (version bumped)."""
-    if t.device.type == "tpu":
-        from tputool.backend.tensor import write
-
-        write(t, value)
-    else:
-        with torch.no_grad():
-            t.copy_(jax_to_cpu(value))
-        return
-    torch.autograd.graph.increment_version(t)
+def write_back(targets: Sequence[torch.Tensor], values: Sequence[jax.Array]) -> None:
+    """Store a compiled graph's new values of inputs `targets` into them, as in-place ops would (versions bumped)."""
+    bumped = []
+    for t, value in zip(targets, values, strict=True):
+        if hasattr(t.untyped_storage(), "_tpu"):
+            tt.write(t, value)
+            bumped.append(t)
+        else:
+            with torch.no_grad():
+                t.copy_(jax_to_cpu(value))  # copy_ bumps the version itself
+    if bumped:
+        _increment_version(bumped)
 
 
 def from_jax(a: Any, device_type: str) -> Any:
@@ -75,9 +73,7 @@ def from_jax(a: Any, device_type: str) -> Any:
     if not isinstance(a, jax.Array):
         return a
     if device_type == "tpu":
-        from tputool.backend.tensor import from_jax as tpu_from_jax
-
-        return tpu_from_jax(a)
+        return tt.from_jax(a)
     return jax_to_cpu(a)
 
 

@@ -68,11 +68,11 @@ class CompiledGraph:
         del ins
         if mutated:
             n = len(outs) - len(mutated)
-            for t, v in zip(targets, outs[n:], strict=True):
-                boundary.write_back(t, v)
+            boundary.write_back(targets, outs[n:])
             outs = outs[:n]
         dev = self.device_type
-        return [boundary.from_jax(o, dev) for o in outs]
+        from_jax = boundary.from_jax
+        return [from_jax(o, dev) for o in outs]
 
 
 def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:

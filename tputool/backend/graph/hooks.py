@@ -6,6 +6,11 @@ generator for `tpu` tensors (and fail). The one entry every default compile pass
 inputs), so that is wrapped: graphs with tpu inputs go to backend "tpu"; graphs on other devices reach
 Inductor unchanged. Asking Inductor for tpu explicitly (a `mode` or `options`) is refused with an
 explanatory error, as TorchTPU does, unless TPUTOOL_FORCE_INDUCTOR=1.
+
+Compiled optimizers: Dynamo makes an optimizer "capturable" (its `step` counters on the parameters' device)
+only for CUDA/XPU parameters. On tpu the counters would otherwise stay CPU scalars, and every compiled step
+would copy each one to the device and wait for its new value to copy it back (on the tiny Llama that was a
+third of the step), so uninitialized optimizers whose parameters are all on tpu are made capturable too.
 """
 
 from __future__ import annotations
@@ -52,6 +57,32 @@ def _route_inductor(original: Callable) -> Callable:
 
     call._tputool_routed = True  # type: ignore[attr-defined]
     return call
+
+
+def _capturable_on_tpu(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def set_capturable(self: Any, tx: Any) -> Any:
+        state = self.value.state
+        for group in self.value.param_groups:
+            params = group.get("params", [])
+            if ("capturable" in group and params and all(p.device.type == "tpu" for p in params)
+                    and not any(p in state for p in params)):
+                group["capturable"] = True
+        return original(self, tx)
+
+    set_capturable._tputool_tpu = True  # type: ignore[attr-defined]
+    return set_capturable
+
+
+def _patch_optimizer_capture() -> None:
+    """Let Dynamo keep a compiled optimizer's step counters on tpu (see the module docstring)."""
+    try:
+        from torch._dynamo.variables.optimizer import OptimizerVariable
+    except ImportError:  # another torch layout: counters stay on the CPU, which is slower but correct
+        return
+    original = getattr(OptimizerVariable, "_set_capturable", None)
+    if original is not None and not getattr(original, "_tputool_tpu", False):
+        OptimizerVariable._set_capturable = _capturable_on_tpu(original)
 
 
 _seen_breaks: dict[str, int] = {}
@@ -105,6 +136,7 @@ def install() -> None:
     if not getattr(wrapper.__call__, "_tputool_routed", False):
         wrapper.__call__ = _route_inductor(wrapper.__call__)
     watch_dynamo_events()
+    _patch_optimizer_capture()
     persistent_cache.enable()
     distributed.register()
     _installed = True
