@@ -1,11 +1,15 @@
 """Per-op cost of the bundled `tpu` backend in Strict eager mode, next to a direct jitted JAX call and CPU eager.
 
-For each op and size: warm up, then time `--iters` calls one by one, each waited for (torch.tpu.synchronize
-for tpu, block_until_ready for JAX), in `--rounds` rounds that alternate the three columns (a shared
-machine's load changes hit all of them alike), and report the median. The ratio tpu/jax is the backend's overhead
-over calling JAX yourself (target: within 2x).
+For each op and size, two measures, each in `--rounds` rounds that alternate the columns (a shared machine's
+load changes hit all of them alike), reporting the median:
+  waited     `--iters` calls one by one, each waited for (torch.tpu.synchronize for tpu, block_until_ready
+             for JAX): the latency of one op, including the wake-up of the thread that runs it;
+  pipelined  bursts of `--burst` calls and one wait at the end, per call: what an eager loop that does not
+             read values back pays per op (JAX and the tpu device run asynchronously).
+The ratios tpu/jax are the backend's overhead over calling JAX yourself (target: within 2x).
 
-    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--rounds 10] [--sizes 64,512] [--mode DEFER_NEVER] [--torch-threads 1]
+    .venv/bin/python benchmarks/eager_overhead.py [--iters 300] [--rounds 10] [--burst 20] [--sizes 64,512]
+        [--mode DEFER_NEVER] [--torch-threads 1]
         [--json out.json]
 """
 
@@ -33,18 +37,28 @@ OPS: dict[str, tuple[Callable, Callable, int]] = {
 }
 
 
-def _timed(fn: Callable, args: list, wait: Callable[[object], object], iters: int) -> list[float]:
+def _timed(fn: Callable, args: list, wait: Callable[[object], object], iters: int, burst: int) -> list[float]:
+    """Seconds per call: `iters` waited calls (burst 1), or iters // burst bursts of `burst` calls, one wait each."""
     times = []
-    for _ in range(iters):
+    if burst <= 1:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            wait(fn(*args))
+            times.append(time.perf_counter() - t0)
+        return times
+    for _ in range(max(1, iters // burst)):
         t0 = time.perf_counter()
+        for _ in range(burst - 1):
+            fn(*args)
         wait(fn(*args))
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / burst)
     return times
 
 
-def _interleaved_us(cols: list[tuple[Callable, list, Callable]], iters: int, warmup: int, rounds: int) -> list[float]:
-    """Median microseconds of each (fn, args, wait) column, timed in `rounds` alternating rounds (so a load
-    change on a shared machine hits every column alike)."""
+def _interleaved_us(cols: list[tuple[Callable, list, Callable]], iters: int, warmup: int, rounds: int,
+                    burst: int = 1) -> list[float]:
+    """Median microseconds per call of each (fn, args, wait) column, timed in `rounds` alternating rounds (so a
+    load change on a shared machine hits every column alike); `burst` > 1 times pipelined bursts."""
     for fn, args, wait in cols:
         for _ in range(warmup):
             wait(fn(*args))
@@ -54,7 +68,7 @@ def _interleaved_us(cols: list[tuple[Callable, list, Callable]], iters: int, war
         for s, (fn, args, wait) in zip(samples, cols, strict=True):
             for _ in range(min(10, warmup)):
                 wait(fn(*args))
-            s.extend(_timed(fn, args, wait, per_round))
+            s.extend(_timed(fn, args, wait, per_round, burst))
     return [statistics.median(s) * 1e6 for s in samples]
 
 
@@ -70,8 +84,9 @@ def _no_wait(_out: object) -> None:
     return None
 
 
-def measure(sizes: list[int], iters: int, warmup: int, rounds: int = 10) -> list[dict]:
-    """One row per (op, size): median microseconds for torch CPU, jitted JAX and torch tpu."""
+def measure(sizes: list[int], iters: int, warmup: int, rounds: int = 10, burst: int = 20) -> list[dict]:
+    """One row per (op, size): median microseconds per call for torch CPU, jitted JAX and torch tpu, waited
+    one by one and pipelined in bursts of `burst`."""
     rows = []
     gen = torch.Generator().manual_seed(0)
     for name, (tfn, jfn, arity) in OPS.items():
@@ -80,12 +95,13 @@ def measure(sizes: list[int], iters: int, warmup: int, rounds: int = 10) -> list
             tpu_args = [a.to("tpu") for a in cpu_args]
             jax_args = [jnp.asarray(a.numpy()) for a in cpu_args]
             jitted = jax.jit(jfn)
-            cpu_us, jax_us, tpu_us = _interleaved_us(
-                [(tfn, cpu_args, _no_wait), (jitted, jax_args, _jax_wait), (tfn, tpu_args, _tpu_wait)],
-                iters, warmup, rounds)
+            cols = [(tfn, cpu_args, _no_wait), (jitted, jax_args, _jax_wait), (tfn, tpu_args, _tpu_wait)]
+            cpu_us, jax_us, tpu_us = _interleaved_us(cols, iters, warmup, rounds)
+            jax_pipe, tpu_pipe = _interleaved_us(cols[1:], iters, warmup, rounds, burst)
             torch.testing.assert_close(tfn(*tpu_args).cpu(), tfn(*cpu_args), rtol=1e-4, atol=1e-3)
             rows.append({"op": name, "size": f"{n}x{n}", "cpu_us": cpu_us, "jax_us": jax_us, "tpu_us": tpu_us,
-                         "tpu_over_jax": tpu_us / jax_us})
+                         "tpu_over_jax": tpu_us / jax_us, "jax_pipelined_us": jax_pipe,
+                         "tpu_pipelined_us": tpu_pipe, "pipelined_tpu_over_jax": tpu_pipe / jax_pipe})
     return rows
 
 
@@ -96,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--rounds", type=int, default=10,
                    help="the iterations are split into this many rounds, alternating cpu/jax/tpu")
+    p.add_argument("--burst", type=int, default=20, help="calls per wait in the pipelined measure")
     p.add_argument("--sizes", default="64,512")
     p.add_argument("--mode", default="DEFER_NEVER", help="torch.tpu.EagerMode member to measure")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
@@ -108,17 +125,22 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no tpu device (the bundled backend did not load)", file=sys.stderr)
         return 1
     torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, args.mode))
-    rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup, args.rounds)
+    rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup, args.rounds, args.burst)
     print(f"eager mode {args.mode}, jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
-          f"torch threads {torch.get_num_threads()}, median of {args.iters} waited calls in {args.rounds} "
-          "interleaved rounds (us)")
-    print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
+          f"torch threads {torch.get_num_threads()}; us per call, medians of {args.iters} calls in {args.rounds} "
+          f"interleaved rounds: waited one by one, and pipelined in bursts of {args.burst}")
+    print(f"{'':<18}{'---------- waited ----------':>40}{'----- pipelined -----':>29}")
+    print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}"
+          f"{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
     for r in rows:
         print(f"{r['op']:<9}{r['size']:>9}{r['cpu_us']:>11.1f}{r['jax_us']:>10.1f}{r['tpu_us']:>10.1f}"
-              f"{r['tpu_over_jax']:>8.2f}x")
-    ratios = [r["tpu_over_jax"] for r in rows]
-    within = sum(x <= 2.0 for x in ratios)
-    print(f"tpu/jax: median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x; {within}/{len(rows)} within 2x")
+              f"{r['tpu_over_jax']:>8.2f}x{r['jax_pipelined_us']:>10.1f}{r['tpu_pipelined_us']:>10.1f}"
+              f"{r['pipelined_tpu_over_jax']:>8.2f}x")
+    for label, key in (("waited", "tpu_over_jax"), ("pipelined", "pipelined_tpu_over_jax")):
+        ratios = [r[key] for r in rows]
+        within = sum(x <= 2.0 for x in ratios)
+        print(f"tpu/jax {label}: median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x; "
+              f"{within}/{len(rows)} within 2x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mode": args.mode, "rows": rows}, f, indent=1)
