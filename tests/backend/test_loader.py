@@ -24,3 +24,13 @@ def test_backend_off_switch():
     res = _run("import torch\nprint(hasattr(torch, 'tpu'))", TPUTOOL_BACKEND="0")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(("env", "frozen"), [("1", True), ("0", False)])
+def test_startup_objects_leave_the_collector_unless_switched_off(env, frozen):
+    code = ("import gc, torch\nn = gc.get_freeze_count()\nimport weakref\nclass C: pass\n"
+            "c = C(); c.me = c; r = weakref.ref(c); del c; gc.collect()\n"  # new cycles are still collected
+            "print(n > 100000, r() is None)")
+    res = _run(code, TPUTOOL_GC_FREEZE=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(frozen), "True"]

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
 
 import torch
 
@@ -14,6 +16,9 @@ log = logging.getLogger("tputool.backend")
 
 _registered = False
 _libs: list = []
+
+GC_FREEZE_ENV = "TPUTOOL_GC_FREEZE"
+"""`0` keeps the objects alive at registration in the garbage collector's generations (see `_freeze_startup`)."""
 
 
 def device_count() -> int:
@@ -64,7 +69,18 @@ def register() -> bool:
     from tputool.backend import graph
 
     graph.install()
+    _freeze_startup()
     return True
+
+
+def _freeze_startup() -> None:
+    """Move the objects alive now (torch's, JAX's and tputool's modules: ~370k) to the collector's permanent
+    generation. Each tpu op allocates Python objects (tensors; in Fused mode also the pending values of a
+    trace), which triggers full collections that would rescan them all: on the small Llama in Fused mode,
+    ~60 ms a step. Reference counting still frees them; only a reference cycle among them is never collected.
+    """
+    if os.environ.get(GC_FREEZE_ENV, "1") != "0":
+        gc.freeze()
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
