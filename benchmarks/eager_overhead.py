@@ -38,7 +38,8 @@ OPS: dict[str, tuple[Callable, Callable, int]] = {
 
 
 def _timed(fn: Callable, args: list, wait: Callable[[object], object], iters: int, burst: int) -> list[float]:
-    """Seconds per call: `iters` waited calls (burst 1), or iters // burst bursts of `burst` calls, one wait each."""
+    """Seconds per call: `iters` waited calls (burst 1), or ceil(iters / burst) bursts of `burst` calls whose
+    outputs are all kept and waited for together (so every call is computed, in every mode)."""
     times = []
     if burst <= 1:
         for _ in range(iters):
@@ -46,13 +47,18 @@ def _timed(fn: Callable, args: list, wait: Callable[[object], object], iters: in
             wait(fn(*args))
             times.append(time.perf_counter() - t0)
         return times
-    for _ in range(max(1, iters // burst)):
+    for _ in range(bursts_for(iters, burst)):
         t0 = time.perf_counter()
-        for _ in range(burst - 1):
-            fn(*args)
-        wait(fn(*args))
+        outs = [fn(*args) for _ in range(burst)]
+        wait(outs)
         times.append((time.perf_counter() - t0) / burst)
+        del outs
     return times
+
+
+def bursts_for(iters: int, burst: int) -> int:
+    """Bursts of `burst` calls that cover `iters` calls (at least one)."""
+    return max(1, -(-iters // burst))
 
 
 def _interleaved_us(cols: list[tuple[Callable, list, Callable]], iters: int, warmup: int, rounds: int,
@@ -76,8 +82,8 @@ def _tpu_wait(_out: object) -> None:
     torch.tpu.synchronize()
 
 
-def _jax_wait(out: jax.Array) -> None:
-    out.block_until_ready()
+def _jax_wait(out: jax.Array | list) -> None:
+    jax.block_until_ready(out)
 
 
 def _no_wait(_out: object) -> None:
@@ -126,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, args.mode))
     rows = measure([int(s) for s in args.sizes.split(",")], args.iters, args.warmup, args.rounds, args.burst)
+    per_round = max(1, args.iters // args.rounds)
+    piped = args.rounds * bursts_for(per_round, args.burst) * args.burst
     print(f"eager mode {args.mode}, jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
-          f"torch threads {torch.get_num_threads()}; us per call, medians of {args.iters} calls in {args.rounds} "
-          f"interleaved rounds: waited one by one, and pipelined in bursts of {args.burst}")
+          f"torch threads {torch.get_num_threads()}; us per call, medians over {args.rounds} interleaved rounds: "
+          f"{per_round * args.rounds} calls waited one by one, {piped} pipelined in bursts of {args.burst}")
     print(f"{'':<18}{'---------- waited ----------':>40}{'----- pipelined -----':>29}")
     print(f"{'op':<9}{'size':>9}{'torch cpu':>11}{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}"
           f"{'jax jit':>10}{'tpu':>10}{'tpu/jax':>9}")
@@ -143,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{within}/{len(rows)} within 2x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mode": args.mode, "rows": rows}, f, indent=1)
+            json.dump({"mode": args.mode, "iters": args.iters, "rounds": args.rounds, "burst": args.burst,
+                       "rows": rows}, f, indent=1)
     return 0
 
 

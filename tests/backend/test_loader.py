@@ -26,11 +26,17 @@ def test_backend_off_switch():
     assert res.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize(("env", "frozen"), [("1", True), ("0", False)])
-def test_startup_objects_leave_the_collector_unless_switched_off(env, frozen):
-    code = ("import gc, torch\nn = gc.get_freeze_count()\nimport weakref\nclass C: pass\n"
+@pytest.mark.parametrize(("imp", "env", "frozen"), [
+    ("import torch", {}, True),
+    ("import torch", {"TPUTOOL_GC_FREEZE": "0"}, False),
+    ("import tputool.backend", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, True),  # torch imported by it
+    ("import torch; import tputool.backend", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, False),  # late: user objects
+])
+def test_autoload_moves_startup_objects_out_of_the_collector(imp, env, frozen):
+    code = (f"import gc\n{imp}\nimport torch\nassert torch.ones(1, device='tpu').device.type == 'tpu'\n"
+            "n = gc.get_freeze_count()\nimport weakref\nclass C: pass\n"
             "c = C(); c.me = c; r = weakref.ref(c); del c; gc.collect()\n"  # new cycles are still collected
             "print(n > 100000, r() is None)")
-    res = _run(code, TPUTOOL_GC_FREEZE=env)
+    res = _run(code, **env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [str(frozen), "True"]

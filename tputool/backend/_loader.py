@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import warnings
 
 
@@ -23,6 +24,11 @@ _loading = False
 def load() -> None:
     """Register tputool's bundled `tpu` device unless torch_tpu is installed or TPUTOOL_BACKEND=0."""
     global _loading
+    # Registering inside `import torch` (the autoload, or `import tputool.backend` before torch): the objects
+    # alive are what the imports made, so they may leave the collector (device.register's freeze_gc).
+    torch_mod = sys.modules.get("torch")
+    in_torch_import = torch_mod is None or bool(getattr(getattr(torch_mod, "__spec__", None),
+                                                             "_initializing", False))
     if _loading or os.environ.get("TPUTOOL_BACKEND", "1") == "0":
         return  # _loading: `import tputool.backend` imports torch, whose autoload calls back in here
     if real_torch_tpu_installed():
@@ -34,7 +40,7 @@ def load() -> None:
     try:
         from tputool.backend import device
 
-        device.register()
+        device.register(freeze_gc=in_torch_import)
     except Exception as e:  # noqa: BLE001 - an autoload hook must not break `import torch`
         warnings.warn(f"tputool: the bundled tpu backend failed to load: {e}", RuntimeWarning, stacklevel=2)
     finally:

@@ -28,8 +28,11 @@ def device_count() -> int:
     return jax.device_count()
 
 
-def register() -> bool:
-    """Register the bundled tpu device (once). False when torch_tpu or another backend owns PrivateUse1."""
+def register(freeze_gc: bool = False) -> bool:
+    """Register the bundled tpu device (once). False when torch_tpu or another backend owns PrivateUse1.
+
+    `freeze_gc`: afterwards move the objects alive to the collector's permanent generation (`_freeze_startup`);
+    the loader asks for it inside `import torch`, when those objects are only what the imports made."""
     global _registered
     if _registered:
         return True
@@ -69,7 +72,8 @@ def register() -> bool:
     from tputool.backend import graph
 
     graph.install()
-    _freeze_startup()
+    if freeze_gc:
+        _freeze_startup()
     return True
 
 
@@ -77,7 +81,8 @@ def _freeze_startup() -> None:
     """Move the objects alive now (torch's, JAX's and tputool's modules: ~370k) to the collector's permanent
     generation. Each tpu op allocates Python objects (tensors; in Fused mode also the pending values of a
     trace), which triggers full collections that would rescan them all: on the small Llama in Fused mode,
-    ~60 ms a step. Reference counting still frees them; only a reference cycle among them is never collected.
+    ~60 ms a step. Reference counting still frees them; only a reference cycle among them is never collected,
+    which is why only the autoload does it (a late `import tputool.backend` would freeze the user's objects).
     """
     if os.environ.get(GC_FREEZE_ENV, "1") != "0":
         gc.freeze()

@@ -57,15 +57,17 @@ def donatable(t: torch.Tensor, value: jax.Array) -> bool:
 def write_back(targets: Sequence[torch.Tensor], values: Sequence[jax.Array]) -> None:
     """Store a compiled graph's new values of inputs `targets` into them, as in-place ops would (versions bumped)."""
     bumped = []
-    for t, value in zip(targets, values, strict=True):
-        if hasattr(t.untyped_storage(), "_tpu"):
-            tt.write(t, value)
-            bumped.append(t)
-        else:
-            with torch.no_grad():
-                t.copy_(jax_to_cpu(value))  # copy_ bumps the version itself
-    if bumped:
-        _increment_version(bumped)
+    try:
+        for t, value in zip(targets, values, strict=True):
+            if hasattr(t.untyped_storage(), "_tpu"):
+                tt.write(t, value)
+                bumped.append(t)
+            else:
+                with torch.no_grad():
+                    t.copy_(jax_to_cpu(value))  # copy_ bumps the version itself
+    finally:
+        if bumped:
+            _increment_version(bumped)
 
 
 def from_jax(a: Any, device_type: str) -> Any:
