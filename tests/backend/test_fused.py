@@ -227,3 +227,40 @@ def test_registering_a_lowering_forgets_the_ops_facts(fused, tpu_device: str) ->
     lowering(add)(facts.low.fn)  # the same function again: a registration all the same
     assert id(add) not in fused._FACTS
     torch.testing.assert_close((x + x).cpu(), torch.full((3,), 2.0))
+
+
+def test_cyclic_gc_pauses_while_a_trace_records_and_resumes_at_the_flush(fused, tpu_device: str) -> None:
+    import gc
+
+    x = torch.ones(4, device=tpu_device)  # (a tpu factory is recorded too)
+    assert not gc.isenabled()
+    fused.flush("test")
+    assert gc.isenabled()
+    y = x * 2 + 1
+    assert fused.TRACE.nodes and not gc.isenabled()
+    assert y.sum().item() == 12.0  # the flush
+    assert gc.isenabled()
+    gc.disable()  # a program that turned the collector off keeps it off
+    try:
+        (x * 3).sum().item()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_failing_flush_resumes_the_cyclic_gc(fused, tpu_device: str, monkeypatch) -> None:
+    import gc
+
+    y = torch.ones(4, device=tpu_device) * 2
+    assert not gc.isenabled()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setattr(fused.cache, "call", broken)
+    with pytest.raises(RuntimeError, match="compile failed"):
+        fused.flush("test")
+    assert gc.isenabled()
+    monkeypatch.undo()
+    fused.TRACE.reset()
+    del y

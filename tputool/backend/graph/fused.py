@@ -17,6 +17,7 @@ because an exception from a dispatch mode on autograd's tpu worker thread aborts
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import sys
 import warnings
@@ -116,10 +117,12 @@ class Trace:
     """Nodes recorded since the last flush, their concrete inputs, and every Lazy they produced."""
 
     def __init__(self) -> None:
+        self._gc_paused = False
         self.reset()
 
     def reset(self) -> None:
         """Forget everything recorded."""
+        self._resume_gc()
         self.nodes: list[tuple[Callable, tuple, dict]] = []
         self.step: _Step = _ROOT
         self.ext: list = []
@@ -131,6 +134,20 @@ class Trace:
         self.storages: list[weakref.ref] = []
         self._node_shapes: list = []
         self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
+
+    def _pause_gc(self) -> None:
+        # While a trace records, the cyclic collector only moves its nodes and pending values (which die
+        # at the flush, freed by reference counting) into older generations, and each full collection then
+        # rescans the whole heap (~130 ms with a compiled model's objects alive). Paused until the flush:
+        # at most MAX_NODES ops; a collector the program had disabled stays off.
+        if gc.isenabled():
+            gc.disable()
+            self._gc_paused = True
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
 
     def mark(self) -> tuple:
         """The trace's current length, for `rollback`."""
@@ -207,6 +224,8 @@ class Trace:
         self.step = nxt
         self._node_shapes.append(shapes)
         idx = len(self.nodes)
+        if not idx:
+            self._pause_gc()
         self.nodes.append((fn, args, kinds, kwargs, kw_kinds))
         if not isinstance(shapes, tuple | list):
             out = Lazy(self, idx, None, shapes.shape, shapes.dtype)
@@ -250,6 +269,12 @@ class Trace:
         """Compile (or reuse) and run everything recorded; store the results in their storages."""
         if not self.nodes:
             return
+        try:
+            self._run(reason)
+        finally:
+            self._resume_gc()  # (also when compiling or running the trace failed)
+
+    def _run(self, reason: str) -> None:
         live = [lz for r in self.lazies if (lz := r()) is not None and lz.value is None]
         outs = tuple((lz.node, lz.index) for lz in live)
         donate = _donatable(self.ext)
