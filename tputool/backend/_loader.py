@@ -24,11 +24,6 @@ _loading = False
 def load() -> None:
     """Register tputool's bundled `tpu` device unless torch_tpu is installed or TPUTOOL_BACKEND=0."""
     global _loading
-    # Registering inside `import torch` (the autoload, or `import tputool.backend` before torch): the objects
-    # alive are what the imports made, so they may leave the collector (device.register's freeze_gc).
-    torch_mod = sys.modules.get("torch")
-    in_torch_import = torch_mod is None or bool(getattr(getattr(torch_mod, "__spec__", None),
-                                                             "_initializing", False))
     if _loading or os.environ.get("TPUTOOL_BACKEND", "1") == "0":
         return  # _loading: `import tputool.backend` imports torch, whose autoload calls back in here
     if real_torch_tpu_installed():
@@ -36,6 +31,10 @@ def load() -> None:
 
         logging.getLogger("tputool.backend").info("tputool: using the real torch_tpu; the bundled backend stays off")
         return
+    # Registering inside `import torch` (the autoload, or `import tputool.backend` before torch): the objects
+    # alive are what the imports made, so they may leave the collector (device.register's freeze_gc).
+    torch_mod = sys.modules.get("torch")
+    in_torch_import = torch_mod is None or bool(getattr(getattr(torch_mod, "__spec__", None), "_initializing", False))
     _loading = True
     try:
         from tputool.backend import device

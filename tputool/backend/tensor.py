@@ -130,13 +130,14 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     st = t.untyped_storage()
     base = st._tpu
     off = t.storage_offset()
-    if off == 0 and value.shape == base.shape and t.is_contiguous():  # the whole buffer, same shape
-        st._tpu = value
-        return
     size = tuple(t.shape)
-    if off == 0 and t.is_contiguous() and math.prod(size) == base.size:
-        st._tpu = value if value.shape == base.shape else value.reshape(base.shape)
-        return
+    if off == 0 and t.is_contiguous():
+        if value.shape == base.shape:  # the whole buffer, same shape (what compiled graphs write back)
+            st._tpu = value
+            return
+        if math.prod(size) == base.size:  # the whole buffer, seen in another shape
+            st._tpu = value.reshape(base.shape)
+            return
     if type(base) is Uninit:
         base = _base(st)
     st._tpu = new = views.writer(base.shape, size, t.stride(), off)(base, value)

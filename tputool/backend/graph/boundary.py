@@ -34,15 +34,16 @@ def to_jax(t: Any) -> Any:
     """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    if not hasattr(t.untyped_storage(), "_tpu"):
-        if t.device.type == "cpu":
-            return cpu_to_jax(t)
-        raise TypeError(f"a compiled tpu graph got a {t.device.type} tensor that holds no data")
     if modes.current is _FUSED:  # a deferred value must be computed before a graph reads it
         from tputool.backend.graph.fused import materialize
 
-        materialize(t, "compiled graph input")
-    return tt.to_jax(t)
+        materialize(t, "compiled graph input")  # (a no-op for tensors without tpu data)
+    try:
+        return tt.to_jax(t)
+    except AttributeError:  # no `_tpu` on the storage: not a tpu tensor with data
+        if t.device.type == "cpu":
+            return cpu_to_jax(t)
+        raise TypeError(f"a compiled tpu graph got a {t.device.type} tensor that holds no data") from None
 
 
 _EXCLUSIVE_REFS = 4  # the storage attribute, the caller list, this function argument, getrefcount argument
