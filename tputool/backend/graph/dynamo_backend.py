@@ -22,6 +22,7 @@ import torch
 from torch import fx
 
 from tputool.backend.graph import boundary
+from tputool.backend.graph.attention import fuse_attention
 from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
 _graph_ids = itertools.count()
@@ -128,5 +129,6 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
         )
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.MATH):  # attention as matmul+softmax: no device-specific fused kernels
+    fuse_attention(gm)  # attention stays one op (tputool::sdpa) unless dropout/autocast need PyTorch's math
+    with sdpa_kernel(SDPBackend.MATH):  # what is left of attention: matmul+softmax, no device-specific kernels
         return _aot_backend(gm, example_inputs)

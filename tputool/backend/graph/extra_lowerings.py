@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from tputool.backend.graph.attention import GRAPH_LOWERINGS as ATTENTION
 from tputool.backend.lowerings import LOWERINGS, Lowering
 
 aten = torch.ops.aten
@@ -429,7 +430,7 @@ def foreach_lowerings(table: dict) -> dict:
 def missing_shared() -> dict:
     """SHARED/SHARED_RNG entries for ops the shared table lacks (used by graphs only, never by eager)."""
     out = {}
-    for table, rng in ((SHARED, False), (SHARED_RNG, True)):
+    for table, rng in ((SHARED, False), (SHARED_RNG, True), (ATTENTION, False)):
         for op, fn in table.items():
             if op not in LOWERINGS:
                 out[op] = Lowering(fn, rng)
