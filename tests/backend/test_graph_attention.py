@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-from tputool.backend.graph import attention, install
+from tputool.backend.graph import attention, attention_jax, install
 
 SDPA = torch.ops.tputool.sdpa.default
 
@@ -147,9 +147,9 @@ def test_the_ops_torch_kernels_match_pytorch(case: str) -> None:
 
 @pytest.mark.parametrize("rows", [1, 7, 32, 100, 128, 256, 1000])
 def test_causal_row_blocks_cover_every_row_once(rows: int) -> None:
-    blocks = attention._row_blocks(rows)
+    blocks = attention_jax.causal_row_blocks(rows)
     assert blocks[0][0] == 0 and blocks[-1][1] == rows
     assert all(a < b and b == c for (a, b), (c, _) in zip(blocks, blocks[1:], strict=False))
-    assert len(blocks) <= attention.CAUSAL_ROW_BLOCKS
-    if rows >= attention.CAUSAL_ROW_BLOCKS * attention.CAUSAL_MIN_BLOCK_ROWS:
-        assert len(blocks) == attention.CAUSAL_ROW_BLOCKS
+    assert len(blocks) <= attention_jax.CAUSAL_ROW_BLOCKS
+    if rows >= attention_jax.CAUSAL_ROW_BLOCKS * attention_jax.CAUSAL_MIN_BLOCK_ROWS:
+        assert len(blocks) == attention_jax.CAUSAL_ROW_BLOCKS

@@ -1,4 +1,5 @@
-"""The attention implementations the tuner chooses between, in JAX, with SDPA's semantics.
+"""The attention implementations the tuner chooses between, in JAX, with SDPA's semantics (one block of
+attention is the backend's `attend`, tputool/backend/graph/attention_jax.py).
 
 `plain` materialises the (q_len, k_len) scores. `chunked` walks query blocks with `lax.map`, each block
 under `jax.checkpoint`, so the backward recomputes one block at a time and nothing quadratic is saved
@@ -12,41 +13,19 @@ import math
 import jax
 import jax.numpy as jnp
 
-
-def _scores(q, k, scale, mask, causal, q_offset):
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    if causal:
-        qi = jnp.arange(q.shape[2])[:, None] + q_offset
-        ki = jnp.arange(k.shape[2])[None, :]
-        s = jnp.where(ki <= qi, s, -jnp.inf)
-    if mask is not None:
-        s = jnp.where(mask, s, -jnp.inf) if mask.dtype == jnp.bool_ else s + mask.astype(s.dtype)
-    return s
-
-
-def _attend(q, k, v, scale, mask, causal, q_offset):
-    p = jax.nn.softmax(_scores(q, k, scale, mask, causal, q_offset), axis=-1)
-    return jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v)
-
-
-def _expand_kv(q, k, v):
-    rep = q.shape[1] // k.shape[1]
-    if rep > 1:
-        k, v = jnp.repeat(k, rep, axis=1), jnp.repeat(v, rep, axis=1)
-    return k, v
+from tputool.backend.graph.attention_jax import attend, attention_scale, expand_kv
 
 
 def plain_attention(q, k, v, mask=None, causal=False, scale=None):
     """softmax(q k^T * scale [+ mask]) v over (batch, heads, seq, head_dim); kv heads broadcast to q heads."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    k, v = _expand_kv(q, k, v)
-    return _attend(q, k, v, scale, mask, causal, 0)
+    k, v = expand_kv(q, k, v)
+    return attend(q, k, v, attention_scale(q.shape[-1], scale), mask, causal).astype(q.dtype)
 
 
 def chunked_attention(q, k, v, mask=None, causal=False, scale=None, block=128):
     """Same result as plain_attention, computed `block` queries at a time, each block rematerialised."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    k, v = _expand_kv(q, k, v)
+    scale = attention_scale(q.shape[-1], scale)
+    k, v = expand_kv(q, k, v)
     b, h, t, d = q.shape
     if block >= t or t % block:
         block = t if block >= t else math.gcd(t, block)
@@ -61,7 +40,7 @@ def chunked_attention(q, k, v, mask=None, causal=False, scale=None, block=128):
     @jax.checkpoint
     def one(args):
         i, qi, mi = args
-        return _attend(qi, k, v, scale, mi if mask is not None else None, causal, i * block)
+        return attend(qi, k, v, scale, mi if mask is not None else None, causal, i * block).astype(q.dtype)
 
     out = jax.lax.map(one, (jnp.arange(n), qb, mb))
     return out.transpose(1, 2, 0, 3, 4).reshape(b, h, t, d)

@@ -17,24 +17,17 @@ from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
 from torch import Tensor, fx
 
-CAUSAL_ROW_BLOCKS = 4
-"""Query-row blocks of a causal attention: block i attends keys [0, end of block i) only."""
-
-CAUSAL_MIN_BLOCK_ROWS = 32
-"""Shorter row blocks are not worth their extra dots: fewer blocks are used below 4 x 32 rows."""
-
+from tputool.backend.graph.attention_jax import attention_scale, sdpa_backward_jax, sdpa_jax
 
 # ---- the ops and their torch kernels --------------------------------------------------------------------
 
 def _probs(query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float | None) -> Tensor:
     """softmax(q k^T * scale + mask) in float32, rows with every key masked set to zero (as PyTorch's math)."""
-    s = torch.matmul(query.float(), key.float().transpose(-2, -1)) * _scale(query.shape[-1], scale)
+    s = torch.matmul(query.float(), key.float().transpose(-2, -1)) * attention_scale(query.shape[-1], scale)
     if is_causal:
         keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
         s = s.masked_fill(~keep, -math.inf)
@@ -42,10 +35,6 @@ def _probs(query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool
         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
     empty = torch.isneginf(s).all(-1, keepdim=True)
     return torch.softmax(s.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
-
-
-def _scale(head_dim: int, scale: float | None) -> float:
-    return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
 def _grouped(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor]:
@@ -78,7 +67,7 @@ def sdpa_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, attn_
     g = grad.float()
     dv = torch.matmul(p.transpose(-2, -1), g)
     dp = torch.matmul(g, v.float().transpose(-2, -1))
-    ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * _scale(query.shape[-1], scale)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * attention_scale(query.shape[-1], scale)
     dq = torch.matmul(ds, k.float())
     dk = torch.matmul(ds.transpose(-2, -1), query.float())
     if k.shape[-3] != key.shape[-3]:  # sum the repeated heads back onto their key/value head
@@ -108,50 +97,7 @@ def _backward(ctx, grad):
 sdpa.register_autograd(_backward, setup_context=_setup_context)
 
 
-# ---- JAX lowerings --------------------------------------------------------------------------------------
-
-def _row_blocks(rows: int) -> list[tuple[int, int]]:
-    """[start, stop) of the causal query-row blocks."""
-    n = max(1, min(CAUSAL_ROW_BLOCKS, rows // CAUSAL_MIN_BLOCK_ROWS))
-    size = -(-rows // n)
-    return [(a, min(a + size, rows)) for a in range(0, rows, size)]
-
-
-def _attend(q, k, v, scale: float, row0: int | None = None, mask=None):
-    """One block of attention in float32: causal from query row `row0` (top-left aligned), or under `mask`."""
-    s = jnp.einsum("...qd,...kd->...qk", q, k, preferred_element_type=jnp.float32) * scale
-    if row0 is not None:
-        keep = (row0 + jnp.arange(s.shape[-2]))[:, None] >= jnp.arange(s.shape[-1])[None, :]
-        p = jax.nn.softmax(jnp.where(keep, s, -jnp.inf), axis=-1)  # key 0 is always kept: no empty rows
-    elif mask is not None:
-        s = jnp.where(mask, s, -jnp.inf) if mask.dtype == jnp.bool_ else s + mask.astype(jnp.float32)
-        empty = jnp.all(jnp.isneginf(s), axis=-1, keepdims=True)
-        p = jnp.where(empty, 0.0, jax.nn.softmax(jnp.where(empty, 0.0, s), axis=-1))
-    else:
-        p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("...qk,...kd->...qd", p, v.astype(jnp.float32))
-
-
-def sdpa_jax(query, key, value, attn_mask, is_causal: bool, scale: float | None, enable_gqa: bool):
-    """The lowering of `tputool::sdpa`: causal attention by row blocks, anything else in one block."""
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        rep = query.shape[-3] // key.shape[-3]
-        key, value = jnp.repeat(key, rep, axis=-3), jnp.repeat(value, rep, axis=-3)
-    sc = _scale(query.shape[-1], scale)
-    if not is_causal:
-        return _attend(query, key, value, sc, mask=attn_mask).astype(query.dtype)
-    keys = key.shape[-2]
-    outs = [_attend(query[..., a:b, :], key[..., :min(b, keys), :], value[..., :min(b, keys), :], sc, row0=a)
-            for a, b in _row_blocks(query.shape[-2])]
-    return (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-2)).astype(query.dtype)
-
-
-def sdpa_backward_jax(grad, query, key, value, attn_mask, is_causal: bool, scale: float | None,
-                      enable_gqa: bool):
-    """The lowering of `tputool::sdpa_backward`: the VJP of `sdpa_jax`, recomputing the forward."""
-    _, vjp = jax.vjp(lambda q, k, v: sdpa_jax(q, k, v, attn_mask, is_causal, scale, enable_gqa), query, key, value)
-    return vjp(grad.astype(query.dtype))
-
+# ---- JAX lowerings (tputool/backend/graph/attention_jax.py) --------------------------------------------
 
 GRAPH_LOWERINGS: dict = {
     torch.ops.tputool.sdpa.default: sdpa_jax,
