@@ -32,6 +32,13 @@ def _enable_persistent_jax_cache() -> None:
 _enable_persistent_jax_cache()
 
 
+@pytest.fixture(params=["cpu", "tpu"])
+def dev(request) -> str:
+    """Each test twice: on CPU tensors (graph-mode tests then run backend 'tpu' through JAX on the host)
+    and on the tpu device (skipped when it cannot be created)."""
+    return request.getfixturevalue("tpu_device") if request.param == "tpu" else "cpu"
+
+
 @pytest.fixture
 def tpu_device() -> str:
     """The device under test: `tpu`, or $TPUTOOL_TEST_DEVICE (`cpu` checks the tests themselves), in the

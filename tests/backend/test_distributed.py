@@ -11,12 +11,6 @@ import torch.distributed as dist
 from tputool.backend import distributed
 
 
-@pytest.fixture(params=["cpu", "tpu"])
-def dev(request) -> str:
-    """CPU tensors and the tpu device (skipped when it cannot be created)."""
-    return request.getfixturevalue("tpu_device") if request.param == "tpu" else "cpu"
-
-
 @pytest.fixture
 def group():
     distributed.register()

@@ -23,13 +23,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.fixture(params=["cpu", "tpu"])
-def dev(request) -> str:
-    if request.param == "tpu":
-        return request.getfixturevalue("tpu_device")
-    return "cpu"
-
-
 def _rewritten_targets(fn, *args, ambient_autocast: bool = False) -> tuple[int, list]:
     """(calls fuse_attention rewrote, call_function targets after it) for the Dynamo graph of fn(*args)."""
     seen = {}

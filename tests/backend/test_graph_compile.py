@@ -30,14 +30,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.fixture(params=["cpu", "tpu"])
-def dev(request) -> str:
-    """CPU tensors through backend 'tpu', and the tpu device (skipped when it cannot be created)."""
-    if request.param == "tpu":
-        return request.getfixturevalue("tpu_device")
-    return "cpu"
-
-
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
 
