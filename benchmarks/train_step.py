@@ -4,10 +4,10 @@ Rows (median wall time per step after warm-up, same weights, same batch):
   jax         the same model written directly in JAX (benchmarks/jax_llama.py), one jax.jit per step
   tpu-compile torch.compile(model, backend="tpu") forward+backward, torch.compile'd AdamW step (target <= 1.10x jax)
   torchax     torchax's extract_jax(model) inside the same JAX train step (if torchax is importable;
-              pass --torchax-path DIR for a `pip install --target DIR torchax`, then run
+              pass --torchax-path DIR for a `pip install --target DIR torchax flatbuffers`, then run
               benchmarks/patch_torchax.py DIR once: torchax 0.0.13 names aten overloads this torch lacks;
-              never a tputool dependency; it runs in a child process, once per round in its place among
-              the other rows, since torchax registers its own PrivateUse1 device)
+              never a tputool dependency; torchax registers its own PrivateUse1 device, so a child process
+              builds its programs and exports them with jax.export, and they run here, interleaved)
   cpu-eager   PyTorch eager on CPU
   cpu-inductor torch.compile (Inductor) on CPU
   tpu-strict / tpu-fused   eager on the tpu device, Strict vs Fused mode (target fused >= 1.5x faster)
@@ -167,17 +167,19 @@ def bench_tpu_eager(spec, model, x, y, mode_name: str) -> tuple[Callable, Callab
 
 
 TORCHAX_CHILD = """
-import sys, json
+import sys
 sys.path.insert(0, {path!r}); sys.path.insert(0, {here!r})
 import train_step as b
-print(json.dumps(b.bench_torchax_here({config!r}, {batch}, {steps}, {warmup})))
+b.export_torchax({config!r}, {batch}, {out!r})
 """
 
 
-def bench_torchax_here(config: str, batch: int, steps: int, warmup: int) -> tuple[float, float]:
-    """(train ms, forward ms) of torchax's JAX function for the torch model, in the reference's JAX step."""
+def export_torchax(config: str, batch: int, out_dir: str) -> None:
+    """Write torchax's JAX train step and forward of the torch model to `out_dir`: each a serialized
+    `jax.export` module (`<name>.bin`) and its input arrays in flattening order (`<name>.npz`)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     import torchax
 
     spec, cfg, model, x, y = _setup(config, batch)
@@ -190,34 +192,64 @@ def bench_torchax_here(config: str, batch: int, steps: int, warmup: int) -> tupl
         logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, targets.reshape(-1, 1), axis=-1))
 
-    @jax.jit
     def train(w, o, tokens, targets):
         loss, g = jax.value_and_grad(loss_fn)(w, tokens, targets)
         w, o = jl.adamw_update(w, g, o)
         return w, o, loss
 
-    infer = jax.jit(lambda w, tokens: fn(w, (tokens,)))
-    state = {"w": weights, "o": jl.adamw_init(weights)}
+    def infer(w, tokens):
+        return fn(w, (tokens,))
+
+    for name, f, args in (("train", train, (weights, jl.adamw_init(weights), tx, ty)), ("forward", infer, (weights, tx))):
+        exported = jax.export.export(jax.jit(f))(*args)
+        (Path(out_dir) / f"{name}.bin").write_bytes(exported.serialize())
+        np.savez(Path(out_dir) / f"{name}.npz", *[np.asarray(a) for a in jax.tree_util.tree_leaves(args)])
+
+
+def _load_exported(out_dir: str, name: str) -> tuple[Callable, tuple]:
+    """(jitted call of the exported module `name`, its inputs) written by `export_torchax`."""
+    import jax
+    import numpy as np
+
+    exported = jax.export.deserialize((Path(out_dir) / f"{name}.bin").read_bytes())
+    with np.load(Path(out_dir) / f"{name}.npz") as z:
+        leaves = [jax.device_put(z[f"arr_{i}"]) for i in range(len(z.files))]
+    args, _ = jax.tree_util.tree_unflatten(exported.in_tree, leaves)
+    return jax.jit(exported.call), args
+
+
+def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, Callable]:
+    """(train step, forward) callables running torchax's programs for the torch model in this process.
+
+    torchax registers its own PrivateUse1 device, so it cannot be imported next to tputool: a child process
+    builds its JAX functions (`torchax.extract_jax` in the reference's JAX train step) and exports them with
+    `jax.export`; here they are deserialized and compiled by the same XLA, so the row is timed interleaved
+    with the others under the same conditions."""
+    import tempfile
+
+    import jax
+
+    if path and path not in sys.path:
+        sys.path.append(path)  # after everything installed: only for flatbuffers (jax.export's format)
+    with tempfile.TemporaryDirectory() as out:
+        code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, out=out)
+        env = {**os.environ, "TPUTOOL_BACKEND": "0"}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise RuntimeError(f"torchax export failed: {last}")
+        train, (w, o, tx, ty) = _load_exported(out, "train")
+        infer, (_, tx_fwd) = _load_exported(out, "forward")
+    state = {"w": w, "o": o}
 
     def step():
         state["w"], state["o"], loss = train(state["w"], state["o"], tx, ty)
         jax.block_until_ready(loss)
 
-    return _time(step, steps, warmup), _time(lambda: jax.block_until_ready(infer(state["w"], tx)), steps, warmup)
+    def fwd():
+        jax.block_until_ready(infer(state["w"], tx_fwd))
 
-
-def bench_torchax(path: str | None, config: str, batch: int, steps: int, warmup: int) -> tuple[float, float]:
-    """Run `bench_torchax_here` in a child process (torchax installs global torch hooks)."""
-    import json
-
-    code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, steps=steps,
-                                warmup=warmup)
-    env = {**os.environ, "TPUTOOL_BACKEND": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise RuntimeError(f"torchax run failed: {last}")
-    return tuple(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return step, fwd
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -240,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, Callable[[], tuple]] = {
         "jax": lambda: bench_jax(spec, cfg, model, x, y),
         "tpu-compile": lambda: bench_torch(spec, model, x, y, "tpu", "tpu", compile_opt=True),
-        "torchax": lambda: bench_torchax(args.torchax_path, args.config, args.batch, n, w),
+        "torchax": lambda: bench_torchax(args.torchax_path, args.config, args.batch),
         "cpu-eager": lambda: bench_torch(spec, model, x, y, "cpu", None),
         "cpu-inductor": lambda: bench_torch(spec, model, x, y, "cpu", "inductor"),
         "tpu-strict": lambda: bench_tpu_eager(spec, model, x, y, "DEFER_NEVER"),
@@ -250,30 +282,20 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         try:
             results[r] = runs[r]()
-            if callable(results[r][0]):
-                for fn in results[r]:
-                    for _ in range(w):
-                        fn()
+            for fn in results[r]:
+                for _ in range(w):
+                    fn()
         except Exception as e:  # noqa: BLE001 - a row that cannot run is reported, not fatal
             if os.environ.get("BENCH_DEBUG"):
                 traceback.print_exc()
             results[r] = f"n/a: {type(e).__name__}: {str(e).strip().splitlines()[0][:100] if str(e).strip() else ''}"
-    timed = [r for r in rows if isinstance(results[r], tuple) and callable(results[r][0])]
-    # Rows measured in a child process (torchax) run again in every round, in their place among the others.
-    child = [r for r in rows if isinstance(results[r], tuple) and not callable(results[r][0])]
-    best = {r: [float("inf"), float("inf")] for r in timed + child}
-    for k in range(ROUNDS):
-        for r in rows:
-            if r in timed:
-                for i, fn in enumerate(results[r]):
-                    best[r][i] = min(best[r][i], _median_ms(fn, n))
-            elif r in child:
-                try:
-                    v = results[r] if k == 0 else runs[r]()
-                except Exception:  # noqa: BLE001 - keep the rounds that did run
-                    continue
-                best[r] = [min(a, b) for a, b in zip(best[r], v, strict=True)]
-    results.update({r: tuple(best[r]) for r in timed + child})
+    timed = [r for r in rows if isinstance(results[r], tuple)]
+    best = {r: [float("inf"), float("inf")] for r in timed}
+    for _ in range(ROUNDS):
+        for r in timed:
+            for i, fn in enumerate(results[r]):
+                best[r][i] = min(best[r][i], _median_ms(fn, n))
+    results.update({r: tuple(best[r]) for r in timed})
     print(f"llama {args.config} (dim {cfg.dim}, {cfg.n_layers} layers), batch {args.batch}x{cfg.max_seq_len}, "
           f"best of {ROUNDS} interleaved rounds' medians of {n} steps, after {w} warm-up")
     ref = results.get("jax")

@@ -25,6 +25,7 @@ from tputool.backend.graph.attention_jax import attention_scale, sdpa_backward_j
 
 # ---- the ops and their torch kernels --------------------------------------------------------------------
 
+
 def _probs(query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float | None) -> Tensor:
     """softmax(q k^T * scale + mask) in float32, rows with every key masked set to zero (as PyTorch's math)."""
     s = torch.matmul(query.float(), key.float().transpose(-2, -1)) * attention_scale(query.shape[-1], scale)
