@@ -1,10 +1,11 @@
 """Scaled dot-product attention in JAX with PyTorch's semantics: the lowering of `tputool::sdpa` (and its
 backward) and the building block of the tuner's attention implementations (tputool/tune/attention.py).
 
-Semantics kept from PyTorch's math path: scores and softmax in float32 (also for bf16/f16 inputs), the
-output in the query's dtype, `is_causal` top-left aligned (query row i sees keys 0..i), a bool mask keeps
-True, a float mask is added, rows with every key masked give zeros, `enable_gqa` repeats each key/value
-head for its group of query heads.
+Semantics: scores and softmax in float32 (also for bf16/f16 inputs); the value product takes the
+probabilities in the value's dtype and accumulates in float32, as PyTorch's fused GPU kernels do (its CPU
+math path keeps them in float32; for float32 inputs both are the same); the output in the query's dtype;
+`is_causal` top-left aligned (query row i sees keys 0..i); a bool mask keeps True, a float mask is added;
+rows with every key masked give zeros; `enable_gqa` repeats each key/value head for its query heads.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def expand_kv(q, k, v):
 
 
 def attend(q, k, v, scale: float, mask=None, causal: bool = False, q_offset=0):
-    """One block of attention in float32: q rows start at query position `q_offset` (for `causal`)."""
+    """One block of attention, float32 result: q rows start at query position `q_offset` (for `causal`)."""
     s = jnp.einsum("...qd,...kd->...qk", q, k, preferred_element_type=jnp.float32) * scale
     if causal:
         keep = (q_offset + jnp.arange(s.shape[-2]))[:, None] >= jnp.arange(s.shape[-1])[None, :]
@@ -46,7 +47,7 @@ def attend(q, k, v, scale: float, mask=None, causal: bool = False, q_offset=0):
         p = jnp.where(empty, 0.0, jax.nn.softmax(jnp.where(empty, 0.0, s), axis=-1))
     else:
         p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("...qk,...kd->...qd", p, v.astype(jnp.float32))
+    return jnp.einsum("...qk,...kd->...qd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
 
 
 def causal_row_blocks(rows: int) -> list[tuple[int, int]]:
