@@ -57,12 +57,6 @@ def _median_ms(step: Callable[[], None], steps: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _time(step: Callable[[], None], steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    return min(_median_ms(step, steps) for _ in range(ROUNDS))
-
-
 def _setup(config: str, batch: int):
     import torch
 
@@ -229,8 +223,9 @@ def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, 
 
     import jax
 
-    if path and path not in sys.path:
-        sys.path.append(path)  # after everything installed: only for flatbuffers (jax.export's format)
+    added = bool(path) and path not in sys.path
+    if added:
+        sys.path.append(path)  # after everything installed, while loading: flatbuffers (jax.export's format)
     with tempfile.TemporaryDirectory() as out:
         code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, out=out)
         env = {**os.environ, "TPUTOOL_BACKEND": "0"}
@@ -240,6 +235,8 @@ def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, 
             raise RuntimeError(f"torchax export failed: {last}")
         train, (w, o, tx, ty) = _load_exported(out, "train")
         infer, (_, tx_fwd) = _load_exported(out, "forward")
+    if added:
+        sys.path.remove(path)
     state = {"w": w, "o": o}
 
     def step():

@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-from tputool.backend.graph import attention, attention_jax, install
+from tputool.backend.graph import attention, attention_jax, dynamo_backend, install
 
 SDPA = torch.ops.tputool.sdpa.default
 
@@ -51,15 +51,20 @@ def test_causal_call_becomes_one_op() -> None:
     assert n == 1 and SDPA in targets and F.scaled_dot_product_attention not in targets
 
 
-@pytest.mark.parametrize("case", ["dropout", "autocast", "ambient_autocast", "mask_needs_grad"])
+@pytest.mark.parametrize("case", ["dropout", "autocast", "ambient_autocast", "mask_needs_grad", "broadcast_batch",
+                                  "broadcast_heads"])
 def test_calls_the_op_cannot_match_are_left_to_pytorch(case: str) -> None:
     q, k, v = _qkv(8, 8)
+    if case == "broadcast_batch":  # PyTorch broadcasts q's batch dim against k/v's
+        q = q[:1]
+    if case == "broadcast_heads":  # one k/v head broadcast to every query head, without enable_gqa
+        k, v = k[:, :1], v[:, :1]
     mask = torch.randn(8, 8, requires_grad=True)
 
     def fn(q, k, v):
         if case == "dropout":
             return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
-        if case == "ambient_autocast":
+        if case in ("ambient_autocast", "broadcast_batch", "broadcast_heads"):
             return F.scaled_dot_product_attention(q, k, v)
         if case == "autocast":
             with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -90,7 +95,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_compiled_attention_matches_cpu_eager(case: str, dev: str) -> None:
+def test_compiled_attention_matches_cpu_eager(case: str, dev: str, monkeypatch) -> None:
     q_len, k_len, kv_heads, kw = CASES[case]
     kw = dict(kw)
     mask = _masks(q_len, k_len)[kw.pop("mask")] if "mask" in kw else None
@@ -102,9 +107,13 @@ def test_compiled_attention_matches_cpu_eager(case: str, dev: str) -> None:
     ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = fn(*ref_in, mask)
     ref.backward(torch.cos(ref.detach()))
+    rewritten = []
+    real = dynamo_backend.fuse_attention
+    monkeypatch.setattr(dynamo_backend, "fuse_attention", lambda gm: rewritten.append(real(gm)) or rewritten[-1])
     got_in = [t.to(dev).requires_grad_() for t in (q, k, v)]
     got = torch.compile(fn, backend="tpu")(*got_in, None if mask is None else mask.to(dev))
     got.backward(torch.cos(got.detach()))
+    assert rewritten == [1]  # the result below is tputool::sdpa's, not PyTorch's decomposition
 
     torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
     for a, b in zip(got_in, ref_in, strict=True):
@@ -120,7 +129,8 @@ def test_low_precision_inputs_keep_their_dtype(dev: str) -> None:
     torch.testing.assert_close(got.cpu().float(), ref, rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("case", ["causal", "causal_gqa_scale", "bool_mask", "float_mask"])
+@pytest.mark.parametrize("case", ["causal", "causal_more_keys", "causal_more_queries", "causal_gqa_scale",
+                                  "bool_mask", "float_mask"])
 def test_the_ops_torch_kernels_match_pytorch(case: str) -> None:
     q_len, k_len, kv_heads, kw = CASES[case]
     mask = _masks(q_len, k_len)[kw["mask"]] if "mask" in kw else None
@@ -142,7 +152,21 @@ def test_the_ops_torch_kernels_match_pytorch(case: str) -> None:
 def test_causal_row_blocks_cover_every_row_once(rows: int) -> None:
     blocks = attention_jax.causal_row_blocks(rows)
     assert blocks[0][0] == 0 and blocks[-1][1] == rows
-    assert all(a < b and b == c for (a, b), (c, _) in zip(blocks, blocks[1:], strict=False))
+    assert all(a < b for a, b in blocks)
+    assert all(b == c for (_, b), (c, _) in zip(blocks, blocks[1:], strict=False))
     assert len(blocks) <= attention_jax.CAUSAL_ROW_BLOCKS
     if rows >= attention_jax.CAUSAL_ROW_BLOCKS * attention_jax.CAUSAL_MIN_BLOCK_ROWS:
         assert len(blocks) == attention_jax.CAUSAL_ROW_BLOCKS
+
+
+@pytest.mark.parametrize("case", ["causal_gqa_scale", "bool_mask", "plain"])
+def test_the_ops_pass_torch_library_opcheck(case: str) -> None:
+    """Schema, fake kernels (shapes and strides of transposed inputs), autograd registration."""
+    q_len, k_len, kv_heads, kw = CASES[case]
+    mask = _masks(q_len, k_len)[kw["mask"]] if "mask" in kw else None
+    causal, scale, gqa = kw.get("is_causal", False), kw.get("scale"), kw.get("enable_gqa", False)
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in _qkv(q_len, k_len, kv_heads))
+    torch.library.opcheck(SDPA, (q, k, v, mask, causal, scale, gqa))
+    grad = torch.randn(*q.shape[:-1], v.shape[-1])
+    torch.library.opcheck(torch.ops.tputool.sdpa_backward.default,
+                          (grad, q.detach(), k.detach(), v.detach(), mask, causal, scale, gqa))

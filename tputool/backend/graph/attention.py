@@ -10,7 +10,9 @@ backward is `tputool::sdpa_backward`. Their JAX lowerings:
 - the backward is the VJP of that forward, recomputed from q, k, v: the [L, S] probabilities are not
   saved between forward and backward.
 Calls with dropout, a mask that needs a gradient, or inside autocast are left to PyTorch's decomposition.
-The ops' own kernels (used wherever a graph is not lowered) compute the same math with torch ops.
+The ops' own kernels (used wherever a graph is not lowered) compute the same math with torch ops (for
+bf16/f16 inputs equal up to that dtype's rounding). Only calls whose q, k and v agree in batch and head
+dims (or group heads by enable_gqa) are rewritten: broadcasting ones keep PyTorch's decomposition.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, fx
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from tputool.backend.graph.attention_jax import attention_scale, sdpa_backward_jax, sdpa_jax
 
@@ -51,7 +54,8 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, is
          scale: float | None, enable_gqa: bool) -> Tensor:
     """F.scaled_dot_product_attention without dropout, as one op."""
     k, v = _grouped(query, key, value, enable_gqa)
-    return torch.matmul(_probs(query, k, attn_mask, is_causal, scale), v.float()).to(query.dtype)
+    p = _probs(query, k, attn_mask, is_causal, scale).to(v.dtype)  # as the JAX lowering: p in v's dtype
+    return torch.matmul(p.float(), v.float()).to(query.dtype)
 
 
 @sdpa.register_fake
@@ -71,7 +75,7 @@ def sdpa_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, attn_
     ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * attention_scale(query.shape[-1], scale)
     dq = torch.matmul(ds, k.float())
     dk = torch.matmul(ds.transpose(-2, -1), query.float())
-    if k.shape[-3] != key.shape[-3]:  # sum the repeated heads back onto their key/value head
+    if enable_gqa and k.shape != key.shape:  # sum the repeated heads back onto their key/value head
         rep = k.shape[-3] // key.shape[-3]
         dk = dk.unflatten(-3, (key.shape[-3], rep)).sum(-3)
         dv = dv.unflatten(-3, (key.shape[-3], rep)).sum(-3)
@@ -80,7 +84,7 @@ def sdpa_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, attn_
 
 @sdpa_backward.register_fake
 def _sdpa_backward_fake(grad, query, key, value, attn_mask, is_causal, scale, enable_gqa):
-    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -122,7 +126,15 @@ def _fusable(bound: dict) -> bool:
     if bound["dropout_p"] != 0.0 or bound["enable_gqa"] not in (False, True):
         return False
     values = [bound[n].meta.get("example_value") for n in ("query", "key", "value") if isinstance(bound[n], fx.Node)]
-    if len(values) != 3 or not all(isinstance(t, Tensor) and t.ndim >= 2 and not t.is_nested for t in values):
+    if len(values) != 3 or not all(isinstance(t, Tensor) and t.ndim >= 3 and not t.is_nested
+                                   and not is_traceable_wrapper_subclass(t) for t in values):
+        return False  # DTensor and other wrapper subclasses have no rule for the custom op
+    q, k, v = values
+    if not (q.ndim == k.ndim == v.ndim and q.shape[:-3] == k.shape[:-3] == v.shape[:-3]
+            and k.shape[-3:-1] == v.shape[-3:-1] and q.shape[-1] == k.shape[-1]):
+        return False  # broadcast batch dims: the op's output shape would be q's
+    heads_q, heads_kv = q.shape[-3], k.shape[-3]
+    if heads_q != heads_kv and not (bound["enable_gqa"] and heads_q % heads_kv == 0):
         return False
     mask = bound["attn_mask"]
     if mask is None:
