@@ -194,22 +194,23 @@ def export_torchax(config: str, batch: int, out_dir: str) -> None:
     def infer(w, tokens):
         return fn(w, (tokens,))
 
-    for name, f, args in (("train", train, (weights, jl.adamw_init(weights), tx, ty)), ("forward", infer, (weights, tx))):
-        exported = jax.export.export(jax.jit(f))(*args)
-        (Path(out_dir) / f"{name}.bin").write_bytes(exported.serialize())
-        np.savez(Path(out_dir) / f"{name}.npz", *[np.asarray(a) for a in jax.tree_util.tree_leaves(args)])
+    args = (weights, jl.adamw_init(weights), tx, ty)
+    np.savez(Path(out_dir) / "train.npz", *[np.asarray(a) for a in jax.tree_util.tree_leaves(args)])
+    for name, f, example in (("train", train, args), ("forward", infer, (weights, tx))):
+        (Path(out_dir) / f"{name}.bin").write_bytes(jax.export.export(jax.jit(f))(*example).serialize())
 
 
-def _load_exported(out_dir: str, name: str) -> tuple[Callable, tuple]:
-    """(jitted call of the exported module `name`, its inputs) written by `export_torchax`."""
+def _load_exported(out_dir: str) -> tuple[Callable, Callable, tuple]:
+    """(jitted train step, jitted forward, the train step's inputs) written by `export_torchax`; the forward
+    takes the train step's weights and tokens."""
     import jax
     import numpy as np
 
-    exported = jax.export.deserialize((Path(out_dir) / f"{name}.bin").read_bytes())
-    with np.load(Path(out_dir) / f"{name}.npz") as z:
+    train, infer = (jax.export.deserialize((Path(out_dir) / f"{n}.bin").read_bytes()) for n in ("train", "forward"))
+    with np.load(Path(out_dir) / "train.npz") as z:
         leaves = [jax.device_put(z[f"arr_{i}"]) for i in range(len(z.files))]
-    args, _ = jax.tree_util.tree_unflatten(exported.in_tree, leaves)
-    return jax.jit(exported.call), args
+    args, _ = jax.tree_util.tree_unflatten(train.in_tree, leaves)
+    return jax.jit(train.call), jax.jit(infer.call), args
 
 
 def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, Callable]:
@@ -226,17 +227,19 @@ def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, 
     added = bool(path) and path not in sys.path
     if added:
         sys.path.append(path)  # after everything installed, while loading: flatbuffers (jax.export's format)
-    with tempfile.TemporaryDirectory() as out:
-        code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, out=out)
-        env = {**os.environ, "TPUTOOL_BACKEND": "0"}
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise RuntimeError(f"torchax export failed: {last}")
-        train, (w, o, tx, ty) = _load_exported(out, "train")
-        infer, (_, tx_fwd) = _load_exported(out, "forward")
-    if added:
-        sys.path.remove(path)
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            code = TORCHAX_CHILD.format(path=path or "", here=str(HERE), config=config, batch=batch, out=out)
+            env = {**os.environ, "TPUTOOL_BACKEND": "0"}
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                  timeout=1800)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                raise RuntimeError(f"torchax export failed: {last}")
+            train, infer, (w, o, tx, ty) = _load_exported(out)
+    finally:
+        if added:
+            sys.path.remove(path)
     state = {"w": w, "o": o}
 
     def step():
@@ -244,7 +247,7 @@ def bench_torchax(path: str | None, config: str, batch: int) -> tuple[Callable, 
         jax.block_until_ready(loss)
 
     def fwd():
-        jax.block_until_ready(infer(state["w"], tx_fwd))
+        jax.block_until_ready(infer(state["w"], tx))
 
     return step, fwd
 

@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-from tputool.backend.graph import attention, attention_jax, dynamo_backend, install
+from tputool.backend.graph import attention, attention_jax, install
 
 SDPA = torch.ops.tputool.sdpa.default
 
@@ -108,8 +108,8 @@ def test_compiled_attention_matches_cpu_eager(case: str, dev: str, monkeypatch) 
     ref = fn(*ref_in, mask)
     ref.backward(torch.cos(ref.detach()))
     rewritten = []
-    real = dynamo_backend.fuse_attention
-    monkeypatch.setattr(dynamo_backend, "fuse_attention", lambda gm: rewritten.append(real(gm)) or rewritten[-1])
+    real = attention.fuse_attention
+    monkeypatch.setattr(attention, "fuse_attention", lambda gm: rewritten.append(real(gm)) or rewritten[-1])
     got_in = [t.to(dev).requires_grad_() for t in (q, k, v)]
     got = torch.compile(fn, backend="tpu")(*got_in, None if mask is None else mask.to(dev))
     got.backward(torch.cos(got.detach()))

@@ -22,7 +22,6 @@ import torch
 from torch import fx
 
 from tputool.backend.graph import boundary
-from tputool.backend.graph.attention import fuse_attention
 from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
 _graph_ids = itertools.count()
@@ -128,6 +127,8 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
             keep_inference_input_mutations=True,  # copied back by CompiledGraph, not by eager copy_
         )
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tputool.backend.graph.attention import fuse_attention  # here: its custom ops cost ~9 ms to register
 
     fuse_attention(gm)  # attention stays one op (tputool::sdpa) unless dropout/autocast need PyTorch's math
     with sdpa_kernel(SDPBackend.MATH):  # what is left of attention: matmul+softmax, no device-specific kernels
