@@ -55,8 +55,7 @@ def register(freeze_gc: bool = False) -> bool:
     jax.config.update("jax_enable_x64", True)
 
     # Import everything first, so a failure leaves PrivateUse1 untouched.
-    from tputool.backend import autocast, dispatch, kernels, tpu_module  # noqa: F401
-    from tputool.backend.lowerings import LOWERINGS  # noqa: F401
+    from tputool.backend import autocast, dispatch, kernels, op_plan, tpu_module  # noqa: F401
 
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
@@ -106,14 +105,13 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 def _register_kernels() -> None:
     from tputool.backend import autocast, dispatch, kernels
-    from tputool.backend.lowerings import LOWERINGS
 
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(dispatch.boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.append(lib)
     aten_lib = torch.library.Library("aten", "IMPL")
     _libs.append(aten_lib)
-    for op in hot_ops(LOWERINGS, kernels.HOT):
+    for op in hot_ops(kernels.HOT):
         aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
                                                          else ""), dispatch.kernel_for(op), "PrivateUse1")
     autocast.register(_libs)
@@ -124,15 +122,15 @@ def _register_kernels() -> None:
 _KEEP_COMPOSITE = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift", "aten::empty_like"}
 
 
-def hot_ops(lowerings, special) -> list:
-    """Ops worth a direct PrivateUse1 kernel: special kernels, and lowered ops (with their in-place and
+def hot_ops(special) -> list:
+    """Ops worth a direct PrivateUse1 kernel: `special` kernels, and lowered ops (with their in-place and
     out= variants) that are not CompositeImplicitAutograd (those never reach the device key)."""
-    from tputool.backend.dispatch import functional_of
+    from tputool.backend.op_plan import eager_lowered_ops, eager_lowering, functional_of
 
     ops = list(special)
     seen = set(ops)
     cands = []
-    for op in lowerings:
+    for op in eager_lowered_ops():
         pkt = op.overloadpacket
         cands.append(op)
         inplace = getattr(torch.ops.aten, pkt.__name__ + "_", None)
@@ -145,7 +143,7 @@ def hot_ops(lowerings, special) -> list:
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
             continue
         f = functional_of(op)
-        if f is not None and f not in lowerings:
+        if f is not None and eager_lowering(f) is None:
             continue
         seen.add(op)
         ops.append(op)

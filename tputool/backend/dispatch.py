@@ -1,11 +1,8 @@
-"""Eager op dispatch for the tpu device.
+"""Eager (Strict/Debug) op dispatch for the tpu device.
 
-Every op reaching the PrivateUse1 key gets one handler, chosen once per OpOverload and kept in `HANDLERS`:
-  1. a special kernel (copies, factories, views, resize_, .item(): `tputool.backend.kernels`),
-  2. a lowering from `tputool.backend.lowerings` (functional, or its in-place / out= variant),
-  3. PyTorch's decomposition (re-dispatched on tpu tensors, so it reaches 1-2 for smaller ops),
-  4. the CPU fallback (`tputool.backend.fallback`).
-Lowered ops run as one cached `jax.jit` kernel per signature (`tputool.backend.cache`).
+Every op reaching the PrivateUse1 key gets one handler, built once per OpOverload from its plan
+(`tputool.backend.op_plan`: kernel / lowering / in-place or out= variant / decomposition / CPU fallback)
+and kept in `HANDLERS`. Lowered ops run as one cached `jax.jit` kernel per signature (`tputool.backend.cache`).
 """
 
 from __future__ import annotations
@@ -16,16 +13,14 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, modes, rng
+from tputool.backend import cache, fallback, modes, op_plan, rng
 from tputool.backend import tensor as tt
-from tputool.backend.lowerings import LOWERINGS, Lowering, Unsupported
+from tputool.backend.lowerings import Lowering, Unsupported
+from tputool.backend.op_plan import Route, cast_results
 
 Handler = Callable[[tuple, dict], object]
 HANDLERS: dict[torch._ops.OpOverload, Handler] = {}
 """OpOverload -> its handler, filled on first use (and for hot ops at registration)."""
-
-SPECIAL: dict[torch._ops.OpOverload, Handler] = {}
-"""Hand-written kernels (filled by tputool.backend.kernels)."""
 
 # Argument kinds.
 T, OT, TL, OTL, SC, ST = "T", "OT", "TL", "OTL", "SC", "ST"
@@ -429,12 +424,6 @@ def _wrap_one(o, ret: str):
     return tt.from_jax(o)
 
 
-def _check_cast(res_dtype, out_dtype: torch.dtype, name: str) -> None:
-    rt = _NP_TO_TORCH[res_dtype]
-    if rt != out_dtype and not torch.can_cast(rt, out_dtype):
-        raise RuntimeError(f"{name}: result type {rt} can't be cast to the desired output type {out_dtype}")
-
-
 class InplaceOp(LoweredOp):
     """`op_` : the functional lowering, cast to self's dtype, written back through self's view."""
 
@@ -446,15 +435,7 @@ class InplaceOp(LoweredOp):
         name = self.name
 
         def post(out):
-            outs = out if isinstance(out, tuple | list) else (out,)
-            res = []
-            for o, dt, shp in zip(outs, dts, shapes, strict=False):
-                if tuple(o.shape) != shp:
-                    raise RuntimeError(f"{name}: output with shape {list(shp)} doesn't match the broadcast "
-                                       f"shape {list(o.shape)}")
-                _check_cast(o.dtype, dt, name)
-                res.append(o.astype(tt.dtypes.TORCH_TO_NP[dt]))
-            return tuple(res)
+            return cast_results(out, dts, shapes, name)
 
         out = self._run(vals, (dts, shapes), post)
         for t, o in zip(targets, out, strict=False):
@@ -472,12 +453,7 @@ class OutOp(LoweredOp):
         name = self.name
 
         def post(out):
-            res = out if isinstance(out, tuple | list) else (out,)
-            cast = []
-            for o, dt in zip(res, dts, strict=False):
-                _check_cast(o.dtype, dt, name)
-                cast.append(o.astype(tt.dtypes.TORCH_TO_NP[dt]))
-            return tuple(cast)
+            return cast_results(out, dts, None, name)
 
         res = self._run(vals, (dts,), post)
         for t, o in zip(outs, res, strict=False):
@@ -488,55 +464,6 @@ class OutOp(LoweredOp):
 
 
 # ---- choosing a handler ---------------------------------------------------------------------------
-
-INPLACE_FUNCTIONAL: dict[str, str] = {
-    "aten::normal_": "aten::normal_functional",
-}
-INPLACE_OVERLOAD: dict[tuple[str, str], str] = {
-    ("aten::bernoulli_", "float"): "p",
-}
-"""In-place overloads whose functional twin has another overload name."""
-"""In-place ops whose functional twin is not simply the name without '_'."""
-
-
-def _overload(qualname: str, overload: str) -> torch._ops.OpOverload | None:
-    ns, name = qualname.split("::")
-    pkt = getattr(getattr(torch.ops, ns), name, None)
-    if pkt is None:
-        return None
-    return getattr(pkt, overload or "default", None)
-
-
-def functional_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The functional twin of an in-place (`add_.Tensor`) or out= (`add.out`) overload, else None."""
-    s = op._schema
-    written = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
-    if not written:
-        return None
-    if not written[0].kwarg_only:  # in-place: self is written
-        name = INPLACE_FUNCTIONAL.get(s.name, s.name[:-1] if s.name.endswith("_") else None)
-        if name is None:
-            return None
-        f = _overload(name, INPLACE_OVERLOAD.get((s.name, s.overload_name), s.overload_name))
-        return f if f is not None and _same_args(f, op, inplace=True) else None
-    keep = [(a.name, str(a.type)) for a in s.arguments if not (a.alias_info is not None and a.alias_info.is_write)]
-    ns, name = s.name.split("::")
-    pkt = getattr(getattr(torch.ops, ns), name)
-    for ov in pkt.overloads():
-        f = getattr(pkt, ov)
-        fa = f._schema.arguments
-        if any(a.alias_info is not None and a.alias_info.is_write for a in fa):
-            continue
-        if [(a.name, str(a.type)) for a in fa] == keep and len(f._schema.returns) == len(written):
-            return f
-    return None
-
-
-def _same_args(f, op, inplace: bool) -> bool:
-    a = [x.name for x in f._schema.arguments]
-    b = [x.name for x in op._schema.arguments]
-    return a == b or (inplace and all(n in b for n in a))
-
 
 _local = threading.local()
 
@@ -589,33 +516,24 @@ class DecompOp:
         return targets[0] if len(targets) == 1 else tuple(targets)
 
 
-def _decomposition(op):
-    from torch._decomp import decomposition_table
-
-    return decomposition_table.get(op)
-
-
 def choose(op: torch._ops.OpOverload) -> Handler:
-    """Pick (once) and remember the handler of `op`."""
-    h = SPECIAL.get(op)
-    if h is None:
-        low = LOWERINGS.get(op)
-        f = functional_of(op)
-        written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        if low is not None and f is None:
-            h = LoweredOp(op, low)
-        elif f is not None and LOWERINGS.get(f) is not None:
-            h = (OutOp if written[0].kwarg_only else InplaceOp)(op, LOWERINGS[f], f)
-        elif low is not None:
-            h = LoweredOp(op, low)
-        else:
-            d = _decomposition(op)
-            if f is not None and _decomposition(f) is not None:
-                h = DecompOp(op, _decomposition(f), then_write=True)
-            elif d is not None:
-                h = DecompOp(op, d)
-            else:
-                h = fallback.CpuOp(op)
+    """Build (once) and remember the handler of `op` from its plan."""
+    p = op_plan.plan(op)
+    r = p.route
+    if r is Route.KERNEL:
+        h = op_plan.KERNELS[op]
+    elif r is Route.LOWERED:
+        h = LoweredOp(op, p.lowering)
+    elif r is Route.INPLACE:
+        h = InplaceOp(op, p.lowering, p.functional)
+    elif r is Route.OUT:
+        h = OutOp(op, p.lowering, p.functional)
+    elif r is Route.DECOMPOSED_THEN_WRITE:
+        h = DecompOp(op, p.decomposition, then_write=True)
+    elif r is Route.DECOMPOSED:
+        h = DecompOp(op, p.decomposition)
+    else:
+        h = fallback.CpuOp(op)
     HANDLERS[op] = h
     return h
 

@@ -12,7 +12,8 @@ import torch
 
 from tputool.backend import dtypes, modes
 from tputool.backend import tensor as tt
-from tputool.backend.dispatch import SPECIAL, Signature
+from tputool.backend.dispatch import Signature
+from tputool.backend.op_plan import KERNELS
 from tputool.backend.views import contiguous_strides
 
 aten = torch.ops.aten
@@ -39,7 +40,7 @@ def _kernel(*ops):
             def h(args, kwargs, fn=fn, sig=sig):
                 return fn(*sig.normalize(args, kwargs))
 
-            SPECIAL[op] = h
+            KERNELS[op] = h
         return fn
 
     return reg
@@ -254,7 +255,7 @@ def set_empty(self):
     return set_tensor(self, fresh)
 
 
-# Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of SPECIAL is
+# Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of KERNELS is
 # reached through the fallback.
 HOT = (aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
        aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
@@ -320,9 +321,9 @@ def _has_mask(indices) -> bool:
 
 def _lowered(op):
     from tputool.backend.dispatch import LoweredOp
-    from tputool.backend.lowerings import LOWERINGS
+    from tputool.backend.op_plan import eager_lowering
 
-    return LoweredOp(op, LOWERINGS[op])
+    return LoweredOp(op, eager_lowering(op))
 
 
 _index_h = None
@@ -354,16 +355,16 @@ def _index_put_inplace(self, indices, values, accumulate=False, unsafe=False):
     return self
 
 
-SPECIAL[aten.index_put_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
-SPECIAL[aten._index_put_impl_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
+KERNELS[aten.index_put_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
+KERNELS[aten._index_put_impl_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
 
 
 # ---- batch norm: PyTorch's decomposition, with CPU's empty saved statistics in eval mode ----------
 
 def _batch_norm_handler(op):
-    from torch._decomp import decomposition_table
+    from tputool.backend.op_plan import decomposition
 
-    decomp = decomposition_table[op]
+    decomp = decomposition(op)
     sig = Signature(op)
 
     def h(args, kwargs):
@@ -378,4 +379,4 @@ def _batch_norm_handler(op):
 
 
 for _op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default):
-    SPECIAL[_op] = _batch_norm_handler(_op)
+    KERNELS[_op] = _batch_norm_handler(_op)

@@ -10,7 +10,8 @@ values leaving them are constrained to stay batch-sharded.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 
 import torch
 from torch.fx.passes.split_module import split_module
@@ -26,8 +27,8 @@ def _noop(*args, **kwargs):
     return None
 
 
-def lowering_table(attention: str, block: int) -> dict:
-    """The graph backend's table (LOWERINGS + graph-only view ops) with the tuner's own entries on top."""
+def lowering_table(attention: str, block: int) -> Mapping:
+    """The graph backend's table (the op plan's traced table) with the tuner's own entries on top."""
     from tputool.backend.graph.jaxify import default_table
     from tputool.backend.lowerings import Lowering
 
@@ -35,7 +36,7 @@ def lowering_table(attention: str, block: int) -> dict:
         aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block)),
         aten._assert_tensor_metadata.default: Lowering(_noop),
     }
-    return {**default_table(), **own}
+    return ChainMap(own, default_table())
 
 
 def missing_lowerings(exp: ExportedLoss) -> list[str]:

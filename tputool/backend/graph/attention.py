@@ -25,6 +25,7 @@ from torch import Tensor, fx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from tputool.backend.graph.attention_jax import attention_scale, sdpa_backward_jax, sdpa_jax
+from tputool.backend.lowerings import lowering
 
 # ---- the ops and their torch kernels --------------------------------------------------------------------
 
@@ -104,11 +105,8 @@ sdpa.register_autograd(_backward, setup_context=_setup_context)
 
 # ---- JAX lowerings (tputool/backend/graph/attention_jax.py) --------------------------------------------
 
-GRAPH_LOWERINGS: dict = {
-    torch.ops.tputool.sdpa.default: sdpa_jax,
-    torch.ops.tputool.sdpa_backward.default: sdpa_backward_jax,
-}
-"""Entries of the compiled-graph table."""
+lowering(torch.ops.tputool.sdpa.default)(sdpa_jax)
+lowering(torch.ops.tputool.sdpa_backward.default)(sdpa_backward_jax)
 
 
 # ---- the Dynamo-graph rewrite ---------------------------------------------------------------------------

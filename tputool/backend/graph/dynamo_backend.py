@@ -1,8 +1,8 @@
 """`torch.compile(model, backend="tpu")`: Dynamo graph -> AOTAutograd -> one `jax.jit` per forward/backward.
 
-AOTAutograd functionalizes the captured graph, applies core-ATen decompositions (except for ops that have
-their own lowering), splits it into forward and backward, and hands each to `compile_graph`, which lowers
-it with `jaxify`. At run time inputs are unwrapped to JAX arrays (parameters stay on the device, no copy),
+AOTAutograd functionalizes the captured graph, applies the op plan's graph decompositions (core ATen's, except
+for ops that have their own lowering: `op_plan.graph_decompositions`), splits it into forward and backward,
+and hands each to `compile_graph`, which lowers it with `jaxify`. At run time inputs are unwrapped to JAX arrays (parameters stay on the device, no copy),
 the one compiled computation runs, and outputs are wrapped back. Input and buffer mutations (BatchNorm
 running stats, in-place ops on inputs) come back from the functionalized graph as extra outputs and
 AOTAutograd's runtime copies them into the original tensors.
@@ -21,30 +21,11 @@ from typing import Any
 import torch
 from torch import fx
 
+from tputool.backend import op_plan
 from tputool.backend.graph import boundary
 from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
 _graph_ids = itertools.count()
-
-
-EXTRA_DECOMPOSED = (
-    "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-    "native_batch_norm_backward", "_batch_norm_with_update", "_batch_norm_with_update_functional",
-    "_batch_norm_no_update",
-)
-"""aten ops outside the core-ATen decomposition set that PyTorch can still decompose (used when not lowered)."""
-
-
-def _decompositions() -> dict:
-    """Core-ATen decompositions plus EXTRA_DECOMPOSED, minus ops that have a JAX lowering (those stay whole)."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
-
-    from tputool.backend.graph.extra_lowerings import cached_graph_table
-
-    lowered = cached_graph_table()
-    extra = get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA_DECOMPOSED if hasattr(torch.ops.aten, n)])
-    table = {**extra, **core_aten_decompositions()}
-    return {op: fn for op, fn in table.items() if op not in lowered}
 
 
 class CompiledGraph:
@@ -122,7 +103,7 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: An
             fw_compiler=compile_graph("forward"),
             bw_compiler=compile_graph("backward"),
             inference_compiler=compile_graph("inference"),
-            decompositions=_decompositions(),
+            decompositions=op_plan.graph_decompositions(),
             partition_fn=partitioner,
             keep_inference_input_mutations=True,  # copied back by CompiledGraph, not by eager copy_
         )

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import cache, events, modes, rng
+from tputool.backend import cache, events, modes, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.view_geometry import GEOMETRY
@@ -388,7 +388,9 @@ def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callab
 
 
 @functools.cache
-def _cast_fn(fn: Callable, dtypes: tuple, shapes: tuple, rng_words: bool) -> Callable:
+def _cast_fn(fn: Callable, dtypes: tuple | None, shapes: tuple | None, rng_words: bool, name: str) -> Callable:
+    """A recorded node's function: the lowering (its RNG key made from recorded words), with the results of an
+    in-place op checked and cast for writing into its targets (`dtypes`: torch dtypes) as eager dispatch does."""
     def cast(*args, **kwargs):
         if rng_words:
             kwargs = dict(kwargs)
@@ -396,8 +398,7 @@ def _cast_fn(fn: Callable, dtypes: tuple, shapes: tuple, rng_words: bool) -> Cal
         out = fn(*args, **kwargs)
         if dtypes is None:
             return out
-        outs = out if isinstance(out, tuple | list) else (out,)
-        return tuple(jax.numpy.broadcast_to(o.astype(d), s) for o, d, s in zip(outs, dtypes, shapes, strict=False))
+        return op_plan.cast_results(out, dtypes, shapes, name)
 
     return cast
 
@@ -450,26 +451,24 @@ class _OpFacts:
     dict lookup per op instead of re-reading the schema or hashing the op many times)."""
 
     __slots__ = ("op", "composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
-                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry")
+                 "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry",
+                 "decomposition")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
-        from tputool.backend.dispatch import functional_of
-        from tputool.backend.graph.extra_lowerings import cached_graph_table
-
+        plan = op_plan.plan(func)
         self.op = func  # (held: _FACTS is keyed by its id)
         self.composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
         self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
         self.geometry = GEOMETRY.get(func) if self.runs_as_usual else None
         self.is_to_copy = func is aten._to_copy.default
         schema_args = func._schema.arguments
-        self.written = [i for i, a in enumerate(schema_args) if a.alias_info is not None and a.alias_info.is_write]
-        fop = functional_of(func) if self.written else None
-        # out= variants (and in-place ops without a functional twin) run eagerly
-        self.out_variant = bool(self.written) and (fop is None or schema_args[self.written[0]].kwarg_only)
-        self.low = cached_graph_table().get(fop if self.written else func)
+        self.written = list(plan.written)
+        self.out_variant = plan.out_variant  # (out= variants run eagerly: plan.traced is None for them)
+        self.low = plan.traced
+        self.decomposition = None if plan.written else plan.decomposition  # (functional ops only)
         self.key = str(func)
         self.plain_key = (self.key,)
-        self.plain_fn = _cast_fn(self.low.fn, None, None, self.low.needs_rng) if self.low is not None else None
+        self.plain_fn = _cast_fn(self.low.fn, None, None, self.low.needs_rng, self.key) if self.low is not None else None
         rets = func._schema.returns
         self.n_returns = len(rets)
         self.returns_list = len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType)
@@ -550,7 +549,7 @@ class FuseMode(TorchDispatchMode):
             if len(TRACE.nodes) > MAX_NODES:
                 TRACE.flush("size")
             return handled
-        decomp = _decomposition(func)
+        decomp = f.decomposition
         if decomp is not None:
             with self:  # its smaller ops come back through this mode
                 out = decomp(*args, **kwargs)
@@ -563,16 +562,6 @@ class FuseMode(TorchDispatchMode):
 
 FuseMode.__torch_dispatch__ = _skip_dynamo(FuseMode.__dict__["__torch_dispatch__"])
 
-
-
-@functools.cache
-def _decomposition(func: torch._ops.OpOverload) -> Callable | None:
-    """PyTorch's decomposition of a functional op without a lowering (in-place/out= ops excluded)."""
-    from torch._decomp import decomposition_table
-
-    if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
-        return None
-    return decomposition_table.get(func)
 
 
 def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
@@ -674,9 +663,9 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         if f.returns_list:
             return res
         return res[0] if f.n_returns == 1 else tuple(res)
-    dts = tuple(tt.dtypes.to_np(t.dtype) for t in targets)
+    dts = tuple(t.dtype for t in targets)
     shapes = tuple(tuple(t.shape) for t in targets)
-    fn = _cast_fn(low.fn, dts, shapes, low.needs_rng)
+    fn = _cast_fn(low.fn, dts, shapes, low.needs_rng, f.key)
     outs = TRACE.add(fn, (f.key, dts, shapes), a, kinds, kw, kw_kinds)
     for t, o in zip(targets, outs, strict=True):
         _write(t, o)

@@ -2,7 +2,7 @@
 
 The graph is what AOTAutograd, `make_fx` or `torch.export` produce after core-ATen decompositions:
 placeholders, `get_attr` constants, `call_function` nodes whose targets are OpOverloads (looked up in
-`tputool.backend.lowerings.LOWERINGS`), `operator.getitem` on tuple results, Python arithmetic on
+the op plan's traced table, `tputool.backend.op_plan.TRACED`), `operator.getitem` on tuple results, Python arithmetic on
 symbolic sizes, and one output. `jaxify` checks every op up front, so a missing lowering is one clear
 error naming the op(s) before anything is traced; `JaxGraph` then traces the interpreter once per
 input signature with `jax.jit` (non-array inputs, i.e. sizes, are static arguments).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,14 +50,14 @@ class MissingLoweringError(NotImplementedError):
         )
 
 
-def default_table() -> dict:
-    """LOWERINGS plus graph mode's own entries (views as values, ops missing from the shared table)."""
-    from tputool.backend.graph.extra_lowerings import cached_graph_table
+def default_table() -> Mapping:
+    """The traced executors' lowering table (`tputool.backend.op_plan.TRACED`)."""
+    from tputool.backend.op_plan import TRACED
 
-    return cached_graph_table()
+    return TRACED
 
 
-def missing_lowerings(gm: fx.GraphModule, table: dict | None = None, input_mutations: bool = False) -> list[str]:
+def missing_lowerings(gm: fx.GraphModule, table: Mapping | None = None, input_mutations: bool = False) -> list[str]:
     """Names of the graph's call_function targets that neither `table` (default: graph table) nor the
     interpreter handle (`input_mutations`: copies into placeholders are handled, see `interpret`)."""
     table = default_table() if table is None else table
@@ -101,7 +101,7 @@ def mutated_inputs(gm: fx.GraphModule) -> list[int]:
     return targets
 
 
-def interpret(gm: fx.GraphModule, table: dict, constants: dict[str, Any],
+def interpret(gm: fx.GraphModule, table: Mapping, constants: dict[str, Any],
               input_mutations: bool = False) -> Callable[..., tuple]:
     """A Python function (rng_key, *inputs) -> tuple of outputs that evaluates `gm` with `table`'s lowerings.
 
@@ -228,7 +228,7 @@ def jaxify(
     example_inputs: Sequence[Any] | None = None,
     *,
     name: str = "graph",
-    table: dict | None = None,
+    table: Mapping | None = None,
     to_jax: Callable[[torch.Tensor], jax.Array] | None = None,
 ) -> JaxGraph:
     """Lower ATen graph `gm` to a `JaxGraph`; raises MissingLoweringError naming every op without a lowering.

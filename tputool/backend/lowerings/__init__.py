@@ -1,4 +1,4 @@
-"""The ATen-to-JAX lowering table, shared by eager dispatch and `torch.compile(backend="tpu")`.
+"""The ATen-to-JAX lowering table, the one table of every executor (read through `tputool.backend.op_plan`).
 
 A lowering is a pure function on JAX arrays: it takes the op's arguments in ATen schema order
 (tensors as `jax.Array`, everything else as the Python values ATen passes: ints, floats, lists,
@@ -35,6 +35,9 @@ class Lowering:
     static_scalars: bool = False
     """True when the lowering needs its Scalar arguments as concrete Python numbers (e.g. arange's
     bounds decide the output shape); eager dispatch then compiles one kernel per distinct value."""
+    traced_only: bool = False
+    """True for lowerings only the functional executors (Fused recording, compiled graphs, tune) may use: view
+    ops as values and copies, which eager mode runs as storage kernels (a tpu view shares its storage)."""
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -48,14 +51,15 @@ def on_change(fn: Callable[[], None]) -> None:
     _listeners.append(fn)
 
 
-def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False) -> Callable[[Callable], Callable]:
+def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False,
+             traced_only: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
 
     def register(fn: Callable) -> Callable:
         for op in ops:
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
-                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars)
+                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only)
         for listener in _listeners:
             listener()
         return fn
@@ -72,6 +76,7 @@ def _load_families() -> None:
     from tputool.backend.lowerings import (  # noqa: F401 - registering is the import's effect
         creation,
         elementwise,
+        functional_views,
         linalg,
         nn,
         random,

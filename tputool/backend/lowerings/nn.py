@@ -1,10 +1,13 @@
-"""Neural-network lowerings: convolution (+ backward), layer norm (+ backward), average pooling.
+"""Neural-network lowerings: convolution (+ backward), layer norm (+ backward), average pooling, 2-d max
+pooling with indices (+ backward).
 
-Backwards are the JAX VJPs of the forward lowerings, so they match them exactly. Batch norm, dropout,
-max pooling, losses and interpolation come from PyTorch's decompositions.
+Backwards are the JAX VJPs of the forward lowerings (max pooling's scatters the gradient to the saved
+indices). Batch norm, dropout, other max poolings, losses and interpolation come from PyTorch's decompositions.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -153,6 +156,61 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     _, vjp = jax.vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                                          divisor_override, 2), self)
     return vjp(grad_output.astype(self.dtype))[0]
+
+
+# ---- max pooling (2-d, with indices) ----------------------------------------------------------------
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
+    n = 2
+    k = list(kernel_size) * (n // len(kernel_size))
+    s = list(stride) * (n // len(stride)) if stride else k
+    p = list(padding) * (n // len(padding))
+    d = list(dilation) * (n // len(dilation))
+    pads = []
+    for i in range(n):
+        size = x.shape[-n + i]
+        eff = d[i] * (k[i] - 1) + 1
+        num = size + 2 * p[i] - eff
+        out = (-(-num // s[i]) if ceil_mode else num // s[i]) + 1
+        if ceil_mode and (out - 1) * s[i] >= size + p[i]:
+            out -= 1
+        hi = (out - 1) * s[i] + eff - size - p[i]
+        pads.append((p[i], max(hi, p[i])))
+    return k, s, d, pads
+
+
+@lowering(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    k, s, d, pads = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    h, w = x.shape[-2:]
+    lead = x.shape[:-2]
+    idx = jnp.broadcast_to(jnp.arange(h * w, dtype=jnp.int64).reshape(h, w), x.shape)
+    init_v = jnp.array(-jnp.inf, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.array(
+        jnp.iinfo(x.dtype).min, x.dtype)
+
+    def pick(a, b):
+        (av, ai), (bv, bi) = a, b
+        take_b = (bv > av) | ((bv == av) & (bi < ai) & (ai >= 0)) | (ai < 0) | jnp.isnan(bv)
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    dims = (1,) * len(lead) + tuple(k)
+    strides = (1,) * len(lead) + tuple(s)
+    dil = (1,) * len(lead) + tuple(d)
+    full_pads = [(0, 0)] * len(lead) + pads
+    vals, inds = lax.reduce_window((x, idx), (init_v, jnp.array(-1, jnp.int64)), pick, dims, strides, full_pads,
+                                   window_dilation=dil)
+    return vals, inds
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    h, w = x.shape[-2:]
+    lead = x.shape[:-2]
+    g = grad.reshape((math.prod(lead), -1))
+    i = indices.reshape((math.prod(lead), -1))
+    rows = jnp.broadcast_to(jnp.arange(g.shape[0])[:, None], i.shape)
+    out = jnp.zeros((g.shape[0], h * w), grad.dtype).at[rows, i].add(g)
+    return out.reshape(x.shape)
 
 
 @lowering(aten._adaptive_avg_pool2d_backward.default)
