@@ -132,7 +132,7 @@ def _sync_for(device: str) -> Callable:
         return lambda t: None
     import jax
 
-    from tputool.backend.graph.fused import materialize
+    from tputool.backend.fused import materialize
     from tputool.backend.tensor import to_jax
 
     def sync(t):

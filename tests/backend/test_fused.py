@@ -12,7 +12,7 @@ from tputool.backend import events
 
 @pytest.fixture
 def fused(tpu_device: str):
-    from tputool.backend.graph import fused as engine
+    from tputool.backend import fused as engine
 
     events.reset()
     torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
@@ -190,7 +190,7 @@ def test_scalars_a_lowering_needs_static_are_recorded_static(fused, tpu_device: 
 def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_device: str) -> None:
     """randn / randn_like / dropout and factories (full, ones, scalar_tensor) are recorded, not run eagerly,
     and a seed gives the same numbers in Fused mode as in Strict mode."""
-    from tputool.backend.graph import fused as engine
+    from tputool.backend import fused as engine
 
     x = torch.ones(64, device=tpu_device)
 

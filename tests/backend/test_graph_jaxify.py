@@ -13,9 +13,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tputool.backend import events
-from tputool.backend.graph.host import cpu_to_jax, jax_to_cpu
 from tputool.backend.graph.jaxify import MissingLoweringError, jaxify, missing_lowerings
 from tputool.backend.lowerings import Lowering
+from tputool.backend.tensor import cpu_to_jax as _cpu_to_jax
+from tputool.backend.tensor import jax_to_cpu as _jax_to_cpu
 
 aten = torch.ops.aten
 
@@ -38,6 +39,14 @@ TABLE = {
         needs_rng=True,
     ),
 }
+
+
+def cpu_to_jax(t):
+    return _cpu_to_jax(t, count=False)
+
+
+def jax_to_cpu(a):
+    return _jax_to_cpu(a, count=False)
 
 
 def _run(gm, *tensors, **kw):

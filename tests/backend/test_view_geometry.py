@@ -82,7 +82,7 @@ def test_geometry_matches_pytorch(op) -> None:
 
 
 def test_fused_views_share_storage_and_read_back(tpu_device: str) -> None:
-    from tputool.backend.graph import fused
+    from tputool.backend import fused
 
     torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
     try:

@@ -2,7 +2,7 @@
 
 One `jax.jit` function per op signature key (op, structure of the arguments, static argument values);
 `jax.jit` itself then keeps one XLA executable per input shapes/dtypes. `call` runs a cached function and
-records a "compile" event whenever that added an executable. Fused mode (tputool.backend.graph) stores
+records a "compile" event whenever that added an executable. Fused mode (tputool.backend.fused) stores
 its fused computations here too, under keys of its own, so all modes share one cache.
 
 API: `get(key)`, `put(key, fn)`, `jitted(key, make, static_argnums=())`, `call(fn, name, *args)`,

@@ -55,7 +55,7 @@ def register(freeze_gc: bool = False) -> bool:
     jax.config.update("jax_enable_x64", True)
 
     # Import everything first, so a failure leaves PrivateUse1 untouched.
-    from tputool.backend import autocast, dispatch, kernels, op_plan, tpu_module  # noqa: F401
+    from tputool.backend import autocast, dispatch, op_plan, storage_kernels, tpu_module  # noqa: F401
 
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
@@ -104,14 +104,14 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _register_kernels() -> None:
-    from tputool.backend import autocast, dispatch, kernels
+    from tputool.backend import autocast, dispatch, storage_kernels
 
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(dispatch.boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.append(lib)
     aten_lib = torch.library.Library("aten", "IMPL")
     _libs.append(aten_lib)
-    for op in hot_ops(kernels.HOT):
+    for op in hot_ops(storage_kernels.HOT):
         aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
                                                          else ""), dispatch.kernel_for(op), "PrivateUse1")
     autocast.register(_libs)

@@ -1,7 +1,7 @@
 """Eager execution modes of the tpu backend (torch.tpu.EagerMode) and the current one.
 
 `current` is read on every op by the eager dispatcher, and by the fused-mode engine in
-`tputool.backend.graph` (DEFER_AND_FUSE), which installs itself through `set_fuse_hook`.
+`tputool.backend.fused` (DEFER_AND_FUSE), which installs itself through `set_fuse_hook`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class EagerMode(enum.Enum):
     DEFER_NEVER = "strict"
     """Strict: each op runs as its own cached, compiled kernel, asynchronously."""
     DEFER_AND_FUSE = "fused"
-    """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.graph)."""
+    """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.fused)."""
 
 
 current: EagerMode = EagerMode.DEFER_NEVER
@@ -43,11 +43,11 @@ def set_mode(mode: EagerMode) -> None:
         raise ValueError(f"expected a torch.tpu.EagerMode, got {mode!r}")
     if mode is EagerMode.DEFER_AND_FUSE and _fuse_hook is None:
         try:
-            import tputool.backend.graph.fused  # noqa: F401 - installs the hook
+            import tputool.backend.fused  # noqa: F401 - installs the hook
         except ImportError:
             pass
         if _fuse_hook is None:
-            raise RuntimeError("EagerMode.DEFER_AND_FUSE needs tputool.backend.graph's fused engine, "
+            raise RuntimeError("EagerMode.DEFER_AND_FUSE needs the fused engine (tputool.backend.fused), "
                                "which is not available in this install")
     old, current = current, mode
     blocking = mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING

@@ -5,7 +5,7 @@ Strict/Debug dispatch (`dispatch.py`), Fused recording (`fused.py`), the torch.c
 none of them consults the lowering table or PyTorch's decompositions on its own.
 
 An op's `Route` in eager mode, in order of preference:
-  1. KERNEL: a hand-written storage kernel (`kernels.py`: copies, factories, views, resize_, .item()),
+  1. KERNEL: a hand-written storage kernel (`storage_kernels.py`: copies, factories, views, resize_, .item()),
   2. LOWERED: its own lowering from `tputool.backend.lowerings`,
   3. INPLACE / OUT: the lowering of its functional twin (`add_.Tensor`, `add.out` -> `add.Tensor`), whose
      results are cast to the written tensors' dtypes by `cast_results` and written back,
@@ -65,7 +65,7 @@ class OpPlan:
 
 
 KERNELS: dict[torch._ops.OpOverload, Callable] = {}
-"""Hand-written kernels (filled by tputool.backend.kernels): OpOverload -> handler(args, kwargs)."""
+"""Hand-written kernels (filled by tputool.backend.storage_kernels): OpOverload -> handler(args, kwargs)."""
 
 INPLACE_FUNCTIONAL: dict[str, str] = {
     "aten::normal_": "aten::normal_functional",

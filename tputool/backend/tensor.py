@@ -161,8 +161,9 @@ def resize(t: torch.Tensor, size) -> None:
 
 # ---- host <-> device ----------------------------------------------------------------------------
 
-def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None) -> jax.Array:
-    """A JAX array with the values of CPU tensor `t`."""
+def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = True) -> jax.Array:
+    """A JAX array with the values of CPU tensor `t`; `count`: record the transfer event (compiled graphs'
+    constants and CPU scalar inputs are not counted)."""
     t = t.detach()
     if t._is_zerotensor():
         return jnp.zeros(tuple(t.shape), dtypes.to_np(t.dtype))
@@ -175,15 +176,17 @@ def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None) -> jax.Array:
         arr = t.view(via[0]).numpy().view(dtypes.TORCH_TO_NP[t.dtype])
     else:
         arr = t.numpy()
-    events.record("transfer_h2d", "", arr.nbytes)
+    if count:
+        events.record("transfer_h2d", "", arr.nbytes)
     return jax.device_put(arr, device) if device is not None else jnp.asarray(arr)
 
 
-def jax_to_cpu(a: jax.Array, reason: str = "cpu") -> torch.Tensor:
-    """A CPU tensor with the values of JAX array `a` (a host sync, counted as one)."""
+def jax_to_cpu(a: jax.Array, reason: str = "cpu", count: bool = True) -> torch.Tensor:
+    """A CPU tensor with the values of JAX array `a` (a host sync, counted as one unless not `count`)."""
     arr = np.asarray(a)
-    events.record("host_sync", reason)
-    events.record("transfer_d2h", "", arr.nbytes)
+    if count:
+        events.record("host_sync", reason)
+        events.record("transfer_d2h", "", arr.nbytes)
     tdt = dtypes.to_torch(arr.dtype)
     via = dtypes.BITCAST_VIA.get(tdt)
     if not arr.flags.writeable or not arr.flags.c_contiguous:

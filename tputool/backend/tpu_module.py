@@ -139,7 +139,7 @@ def synchronize(device=None) -> None:
     In the Fused eager mode, the deferred ops are flushed first (reason "synchronize").
     """
     if modes.current is _FUSED:
-        from tputool.backend.graph import fused
+        from tputool.backend import fused
 
         fused.flush("synchronize")
     _wait_all()

@@ -1,7 +1,7 @@
 """Size, stride and storage offset of the common view ops, worked out in Python.
 
 A view is metadata only; PyTorch computes it in C++ and then calls `as_strided`, which for the tpu device
-means a round trip through the dispatcher into a Python kernel. Fused mode (graph/fused.py), which
+means a round trip through the dispatcher into a Python kernel. Fused mode (fused.py), which
 already runs below autograd, instead builds these views directly from the geometry below. Each function
 takes the op's arguments and returns (size, stride, offset), or None for a case it leaves to PyTorch
 (which then also reports any error in PyTorch's words).

@@ -16,7 +16,6 @@ import torch
 
 from tputool.backend import modes
 from tputool.backend import tensor as tt
-from tputool.backend.graph.host import cpu_to_jax, jax_to_cpu
 
 _FUSED = modes.EagerMode.DEFER_AND_FUSE
 _increment_version = torch.autograd.graph.increment_version
@@ -35,14 +34,14 @@ def to_jax(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
     if modes.current is _FUSED:  # a deferred value must be computed before a graph reads it
-        from tputool.backend.graph.fused import materialize
+        from tputool.backend.fused import materialize
 
         materialize(t, "compiled graph input")  # (a no-op for tensors without tpu data)
     try:
         return tt.to_jax(t)
     except AttributeError:  # no `_tpu` on the storage: not a tpu tensor with data
         if t.device.type == "cpu":
-            return cpu_to_jax(t)
+            return tt.cpu_to_jax(t, count=False)
         raise TypeError(f"a compiled tpu graph got a {t.device.type} tensor that holds no data") from None
 
 
@@ -65,7 +64,7 @@ def write_back(targets: Sequence[torch.Tensor], values: Sequence[jax.Array]) -> 
                 bumped.append(t)
             else:
                 with torch.no_grad():
-                    t.copy_(jax_to_cpu(value))  # copy_ bumps the version itself
+                    t.copy_(tt.jax_to_cpu(value, count=False))  # copy_ bumps the version itself
     finally:
         if bumped:
             _increment_version(bumped)
@@ -77,7 +76,7 @@ def from_jax(a: Any, device_type: str) -> Any:
         return a
     if device_type == "tpu":
         return tt.from_jax(a)
-    return jax_to_cpu(a)
+    return tt.jax_to_cpu(a, count=False)
 
 
 def next_rng_words() -> Any:

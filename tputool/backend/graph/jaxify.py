@@ -273,9 +273,9 @@ def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
 def default_to_jax(t: torch.Tensor) -> jax.Array:
     """A JAX array for tensor `t`: the backend's own array for `tpu` tensors, a host copy for CPU ones."""
     if t.device.type == "cpu":
-        from tputool.backend.graph.host import cpu_to_jax
+        from tputool.backend.tensor import cpu_to_jax
 
-        return cpu_to_jax(t)
+        return cpu_to_jax(t, count=False)
     from tputool.backend.tensor import to_jax
 
     return to_jax(t)

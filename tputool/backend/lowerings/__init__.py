@@ -77,11 +77,11 @@ def _load_families() -> None:
         creation,
         elementwise,
         functional_views,
+        indexing,
         linalg,
         nn,
         random,
         reduction,
-        shape,
     )
 
 

@@ -1,7 +1,7 @@
 """Traced-only lowerings: view ops as functional values, and the copies eager mode runs as storage kernels.
 
 In a functionalized trace (Fused recording, compiled graphs, tune) a view is just a new value; eager dispatch
-never runs these (a tpu view shares its storage: `tputool.backend.kernels` and `view_geometry` make it), so
+never runs these (a tpu view shares its storage: `tputool.backend.storage_kernels` and `view_geometry` make it), so
 they are registered with `traced_only=True`.
 """
 

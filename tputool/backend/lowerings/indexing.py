@@ -1,5 +1,5 @@
 """Indexing and data-movement lowerings (non-view): cat, index, gather/scatter, index_put, masked_fill,
-padding, flip/roll, tril/triu, sort/topk, repeat, embedding backward. View ops are aliases (kernels.py)."""
+padding, flip/roll, tril/triu, sort/topk, repeat, embedding backward. View ops are aliases (storage_kernels.py)."""
 
 from __future__ import annotations
 
