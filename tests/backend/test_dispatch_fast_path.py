@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tputool.backend import events, modes
+from tputool.backend import events, runtime
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_errors_through_the_fast_path(dev):
 
 def test_debug_mode_blocks_and_matches(dev):
     c, t = _pair(4, 4, seed=6)
-    old = modes.current
+    old = runtime.STATE.mode
     torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
     try:
         torch.testing.assert_close(torch.add(t, t).cpu(), c + c)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tputool.backend  # noqa: F401 - registers the device
-from tputool.backend import modes
+from tputool.backend.runtime import STATE
 
 API = ("EagerMode Event Precision Stream allow_excess_precision current_device current_stream default_generators "
        "default_stream device device_count device_of eager_mode get_amp_supported_dtype get_device_name "
@@ -72,9 +72,9 @@ def test_eager_modes():
     assert {m.name for m in E} == {"DEFER_NEVER_AND_LAUNCH_BLOCKING", "DEFER_NEVER", "DEFER_AND_FUSE"}
     assert torch.tpu.eager_mode() is E.DEFER_NEVER
     with torch.tpu.eager_mode(E.DEFER_NEVER_AND_LAUNCH_BLOCKING):
-        assert modes.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER_AND_LAUNCH_BLOCKING
+        assert STATE.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER_AND_LAUNCH_BLOCKING
         assert (torch.ones(3, device="tpu") * 2).sum().item() == 6.0
-    assert not modes.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER
+    assert not STATE.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER
     with pytest.raises(ValueError):
         torch.tpu.set_eager_mode("fast")
 

@@ -13,10 +13,11 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, modes, op_plan, rng
+from tputool.backend import cache, fallback, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
 from tputool.backend.op_plan import Route, cast_results
+from tputool.backend.runtime import STATE as _state
 
 Handler = Callable[[tuple, dict], object]
 HANDLERS: dict[torch._ops.OpOverload, Handler] = {}
@@ -169,7 +170,7 @@ class LoweredOp:
             except (TypeError, ValueError, IndexError) as e:
                 raise self._error(e) from e
             track(out)
-            if modes.blocking:
+            if _state.blocking:
                 jax.block_until_ready(out)
             av = out.aval  # (a plain attribute; Array.shape/.dtype are properties reading it)
             t = create(av.shape, to_torch[av.dtype])
@@ -297,7 +298,7 @@ class LoweredOp:
                     _track(o)
         else:
             _track(out)
-        if modes.blocking:
+        if _state.blocking:
             jax.block_until_ready(out)
         return out
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import cache, events, modes, op_plan, rng
+from tputool.backend import cache, events, op_plan, rng, runtime
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.view_geometry import GEOMETRY
@@ -404,6 +404,7 @@ def _cast_fn(fn: Callable, dtypes: tuple | None, shapes: tuple | None, rng_words
 
 
 TRACE = Trace()
+runtime.STATE.trace = TRACE
 
 
 # ---- the dispatch mode ------------------------------------------------------------------------------
@@ -724,9 +725,9 @@ def flush(reason: str = "explicit") -> None:
     TRACE.flush(reason)
 
 
-def _on_mode_change(old: modes.EagerMode, new: modes.EagerMode) -> None:
+def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
     global _mode
-    fused = modes.EagerMode.DEFER_AND_FUSE
+    fused = runtime.EagerMode.DEFER_AND_FUSE
     if new is fused and _mode is None:
         _mode = FuseMode()
         _push_mode(_mode)
@@ -741,7 +742,7 @@ def _after_optimizer_step(optimizer, args, kwargs) -> None:  # noqa: ANN001 - to
         TRACE.flush("optimizer step")
 
 
-modes.set_fuse_hook(_on_mode_change)
+runtime.set_fuse_hook(_on_mode_change)
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 
 register_optimizer_step_post_hook(_after_optimizer_step)

@@ -10,10 +10,11 @@ import math
 import jax
 import torch
 
-from tputool.backend import dtypes, modes
+from tputool.backend import dtypes
 from tputool.backend import tensor as tt
 from tputool.backend.dispatch import Signature
 from tputool.backend.op_plan import KERNELS
+from tputool.backend.runtime import STATE as _state
 from tputool.backend.views import contiguous_strides
 
 aten = torch.ops.aten
@@ -99,7 +100,7 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """dst.copy_(src) where either side may be the tpu tensor."""
     if dst.device.type == "tpu":
         tt.write(dst, _value_for(dst, src))
-        if modes.blocking:
+        if _state.blocking:
             jax.block_until_ready(dst.untyped_storage()._tpu)
     else:
         dst.copy_(tt.to_cpu(src, "cpu"))

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from tputool.backend import dtypes, events, views
+from tputool.backend.runtime import STATE
 
 _create = torch._C._acc.create_empty_tensor
 _META_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
@@ -29,7 +30,7 @@ _set_storage_meta = _set_storage._handle.redispatch_boxed
 (The OpOverload's own .redispatch adds a Python layer; this runs once per view.)"""
 
 
-_pending: list[weakref.ref] = []
+_pending: list[weakref.ref] = STATE.in_flight
 """Weak references to arrays produced since the last `synchronize()` (what it has to wait for)."""
 
 

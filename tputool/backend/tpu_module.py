@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from tputool.backend import modes, rng
+from tputool.backend import rng, runtime
 from tputool.backend.tensor import synchronize as _wait_all
 
 _tputool = True  # marks this module as the bundled backend's
 
-EagerMode = modes.EagerMode
+EagerMode = runtime.EagerMode
 
 
 # ---- devices ---------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def get_device_properties(device=None) -> _DeviceProperties:
     return _DeviceProperties(d.device_kind, d.platform, d.id, d.process_index, int(stats.get("bytes_limit", 0)))
 
 
-_FUSED = modes.EagerMode.DEFER_AND_FUSE
+_FUSED = runtime.EagerMode.DEFER_AND_FUSE
 
 
 def synchronize(device=None) -> None:
@@ -138,7 +138,7 @@ def synchronize(device=None) -> None:
 
     In the Fused eager mode, the deferred ops are flushed first (reason "synchronize").
     """
-    if modes.current is _FUSED:
+    if runtime.STATE.mode is _FUSED:
         from tputool.backend import fused
 
         fused.flush("synchronize")
@@ -147,7 +147,7 @@ def synchronize(device=None) -> None:
 
 # ---- RNG ---------------------------------------------------------------------------------------------
 
-_initial_seed = rng.seed
+_initial_seed = runtime.STATE.rng_seed
 
 
 def manual_seed(seed: int) -> None:
@@ -291,22 +291,22 @@ def stream(stream: Stream | None):
 
 def set_eager_mode(mode: EagerMode) -> None:
     """Select Debug (DEFER_NEVER_AND_LAUNCH_BLOCKING), Strict (DEFER_NEVER) or Fused (DEFER_AND_FUSE)."""
-    modes.set_mode(mode)
+    runtime.set_mode(mode)
 
 
 def eager_mode(mode: EagerMode | None = None):
     """Without an argument: the current EagerMode. With one: a context manager running under it."""
     if mode is None:
-        return modes.current
+        return runtime.STATE.mode
 
     @contextlib.contextmanager
     def _ctx():
-        old = modes.current
-        modes.set_mode(mode)
+        old = runtime.STATE.mode
+        runtime.set_mode(mode)
         try:
             yield
         finally:
-            modes.set_mode(old)
+            runtime.set_mode(old)
 
     return _ctx()
 

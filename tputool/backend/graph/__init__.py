@@ -1,5 +1,5 @@
 """Graph mode of the bundled `tpu` backend: FX->JAX lowering, `torch.compile(backend="tpu")`, the compile cache,
-SPMD sharding and fused eager mode.
+SPMD sharding. (Fused eager mode lives with the other eager code: `tputool.backend.fused`.)
 
 `install()` (called when the device registers) hooks it into torch.
 """

@@ -14,10 +14,10 @@ from typing import Any
 import jax
 import torch
 
-from tputool.backend import modes
+from tputool.backend import runtime
 from tputool.backend import tensor as tt
 
-_FUSED = modes.EagerMode.DEFER_AND_FUSE
+_FUSED = runtime.EagerMode.DEFER_AND_FUSE
 _increment_version = torch.autograd.graph.increment_version
 
 
@@ -33,7 +33,7 @@ def to_jax(t: Any) -> Any:
     """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    if modes.current is _FUSED:  # a deferred value must be computed before a graph reads it
+    if runtime.STATE.mode is _FUSED:  # a deferred value must be computed before a graph reads it
         from tputool.backend.fused import materialize
 
         materialize(t, "compiled graph input")  # (a no-op for tensors without tpu data)

@@ -1,0 +1,93 @@
+"""The backend's runtime state, in one object (`STATE`), and its one reset point (`reset`).
+
+What the backend *knows* — the lowering table, op plans, eager handlers, compiled kernels — is derived
+once and kept for the process. What it is *doing* is runtime state, all of it reachable from `STATE`:
+  mode / blocking     the eager mode (torch.tpu.EagerMode) and whether each op is waited for (Debug mode);
+  rng_seed / counter  the random stream (`tputool.backend.rng` draws from it);
+  trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
+  in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`).
+The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class EagerMode(enum.Enum):
+    """How eager ops run: Debug, Strict (the default) or Fused, named as in torch_tpu."""
+
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = "debug"
+    """Debug: each op is compiled and run at once, and the host waits for it (errors point at the caller)."""
+    DEFER_NEVER = "strict"
+    """Strict: each op runs as its own cached, compiled kernel, asynchronously."""
+    DEFER_AND_FUSE = "fused"
+    """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.fused)."""
+
+
+DEFAULT_SEED = 67280421310721
+"""PyTorch's default seed for device generators."""
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Everything the backend is doing now (see the module docstring)."""
+
+    mode: EagerMode = EagerMode.DEFER_NEVER
+    blocking: bool = False
+    rng_seed: int = DEFAULT_SEED
+    rng_counter: int = 0
+    trace: Any = None
+    """The Fused trace (`tputool.backend.fused.TRACE`), set when the fused engine loads."""
+    in_flight: list = field(default_factory=list)
+    """Weak references to arrays dispatched and not yet waited for (`tputool.backend.tensor.track`)."""
+
+
+STATE = Runtime()
+"""The process's runtime state."""
+
+_fuse_hook: Callable[[EagerMode, EagerMode], None] | None = None
+
+
+def set_fuse_hook(hook: Callable[[EagerMode, EagerMode], None] | None) -> None:
+    """Install the fused-mode engine's callback, called as hook(old, new) on every mode change."""
+    global _fuse_hook
+    _fuse_hook = hook
+
+
+def set_mode(mode: EagerMode) -> None:
+    """Make `mode` current (raises ValueError for a non-EagerMode, RuntimeError if Fused is unavailable)."""
+    if not isinstance(mode, EagerMode):
+        raise ValueError(f"expected a torch.tpu.EagerMode, got {mode!r}")
+    if mode is EagerMode.DEFER_AND_FUSE and _fuse_hook is None:
+        try:
+            import tputool.backend.fused  # noqa: F401 - installs the hook
+        except ImportError:
+            pass
+        if _fuse_hook is None:
+            raise RuntimeError("EagerMode.DEFER_AND_FUSE needs the fused engine (tputool.backend.fused), "
+                               "which is not available in this install")
+    old, STATE.mode = STATE.mode, mode
+    STATE.blocking = mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    if _fuse_hook is not None:
+        _fuse_hook(old, mode)
+
+
+def reset() -> None:
+    """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
+    the default random seed, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    if STATE.trace is not None:
+        STATE.trace.reset()
+    set_mode(EagerMode.DEFER_NEVER)
+    STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
+    from tputool.backend import events
+
+    events.reset()  # (the event record diagnose reads: `tputool.backend.events`)
+    for r in list(STATE.in_flight):
+        a = r()
+        if a is not None:
+            a.block_until_ready()
+    STATE.in_flight.clear()
