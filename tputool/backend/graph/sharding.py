@@ -4,7 +4,7 @@ A tpu tensor's data is a JAX array, so sharding it is placing that array with a 
 compiled graph (torch.compile backend "tpu") and every eager op then runs SPMD, partitioned by XLA from the
 input shardings. Data parallelism, FSDP and tensor parallelism are all expressed as shardings:
 
-    mesh = topology_aware_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    mesh = topology_aware_mesh({"data": 2, "fsdp": 2, "tensor": 2})   # tputool.mesh.axis_mesh
     shard_model(model, mesh, FSDP_RULES)            # parameters (and so their grads and optimizer state)
     x = mark_sharding(x.to("tpu"), mesh, BATCH)     # inputs split over data x fsdp
     y = sharding_constraint(h, mesh, ("data", None, "tensor"))   # inside a model: an activation constraint
@@ -24,38 +24,13 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tputool.errors import UserError
-
-AXES = ("data", "fsdp", "tensor")
-"""Mesh axis names, outermost first: data parallel, fully-sharded data parallel, tensor parallel."""
+from tputool.mesh import AXES as AXES  # the sharding API's mesh axis names
+from tputool.mesh import axis_mesh as topology_aware_mesh  # noqa: F401 - the sharding API's public name (README)
 
 Spec = Sequence[str | tuple[str, ...] | None]
 
 BATCH: Spec = (("data", "fsdp"),)
 """Inputs: the batch dim split over data x fsdp, everything else replicated."""
-
-
-def topology_aware_mesh(axis_sizes: dict[str, int] | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A mesh over `devices` (default: all JAX devices) with axes data/fsdp/tensor of `axis_sizes`.
-
-    Missing axes get size 1, except that with no sizes at all every device goes to "data". The device
-    order follows the physical topology on TPU (jax's mesh_utils); sizes must multiply to the device count.
-    """
-    from jax.experimental import mesh_utils
-
-    devs = list(devices) if devices is not None else jax.devices()
-    sizes = dict(axis_sizes or {"data": len(devs)})
-    unknown = set(sizes) - set(AXES)
-    if unknown:
-        raise UserError(f"unknown mesh axes {sorted(unknown)} (axes are {', '.join(AXES)})")
-    shape = tuple(int(sizes.get(a, 1)) for a in AXES)
-    if int(np.prod(shape)) != len(devs):
-        raise UserError(f"mesh {dict(zip(AXES, shape, strict=True))} needs {int(np.prod(shape))} devices, "
-                        f"there are {len(devs)}")
-    try:
-        grid = mesh_utils.create_device_mesh(shape, devs)
-    except (AssertionError, ValueError, NotImplementedError):
-        grid = np.asarray(devs, dtype=object).reshape(shape)
-    return Mesh(grid, AXES)
 
 
 def named_sharding(mesh: Mesh, spec: Spec, ndim: int) -> NamedSharding:
