@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from tputool.models.spec import ModelSpec
+from tputool.partition import BATCH_AXES, PartitionPlan, partition_specs
 from tputool.tune.candidate import Candidate
 from tputool.tune.export import ExportedLoss, export_loss
 from tputool.tune.lower import loss_function
-from tputool.tune.rules import BATCH_AXES, PartitionPlan, partition_specs
 
 ADAMW = {"lr": 1e-3, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 """Optimizer hyper-parameters of the measured step (the step's cost does not depend on them)."""
