@@ -7,12 +7,13 @@ import pytest
 from tputool.codemods.model import Severity
 from tputool.diagnose.analyze import classify_recompile, findings_from_record
 from tputool.diagnose.model import Report
+from tputool.diagnose.record import RunRecord
 from tputool.diagnose.report import verdict
 
 
 def _rec(**kw):
-    base = {"script": "/u/train.py", "status": "ok", "exit_code": 0, "steps": 10, "devices": ["cpu"]}
-    return {**base, **kw}
+    base = {"script": "/u/train.py", "argv": [], "status": "ok", "exit_code": 0, "steps": 10, "devices": ["cpu"]}
+    return RunRecord.from_dict({**base, **kw})
 
 
 def _sync(kind=".item()", device="cpu", direct=True, count=10, steps_seen=10, line=5):

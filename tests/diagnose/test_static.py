@@ -63,10 +63,12 @@ def test_static_real_rules_find_the_loop_item_in_the_host_sync_fixture():
 
 def test_custom_op_fallback_covers_static_custom_op_finding():
     from tputool.diagnose.analyze import findings_from_record
+    from tputool.diagnose.record import RunRecord
 
     ev = {"kind": "fallback", "detail": "ns.op.default", "file": "/u/t.py", "line": 7, "count": 4, "amount": 4,
           "late": 2, "late_amount": 2}
-    (rt,) = findings_from_record({"script": "/u/t.py", "status": "ok", "steps": 4, "events": [ev]})
+    (rt,) = findings_from_record(RunRecord.from_dict({"script": "/u/t.py", "argv": [], "status": "ok", "steps": 4,
+                                                      "events": [ev]}))
     static = Finding(Severity.ERROR, "TPU502", "custom-op", "/u/t.py", 7, "m", "f", source="static",
                      extra={"patterns": [62]})
     assert merge([rt], [static]) == [rt]

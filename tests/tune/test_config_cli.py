@@ -101,20 +101,53 @@ def test_run_missing_script(tmp_path):
     assert isinstance(res.exception, UserError)
 
 
-def test_config_drives_the_graph_backends_sharding_rules(tmp_path):
+def test_config_drives_the_graph_backends_sharding(tmp_path, monkeypatch):
+    """cfg.shard_model places each parameter with cfg.param_spec (the rules of tputool.partition, untranslated)
+    and replicates buffers."""
     from types import SimpleNamespace
 
-    from tputool.backend.graph.sharding import spec_for
+    import torch
+    from torch import nn
+
+    from tputool.backend.graph import sharding
+    from tputool.tune.config import TuneConfig
 
     cfg = load_config(write_cfg(tmp_path / "t.yaml", mesh={"data": 1, "fsdp": 4, "tensor": 2}))
-    shapes = {"layers.0.attn.wq.weight": (64, 64), "layers.0.attn.wo.weight": (64, 64),
-              "layers.0.attn_norm.weight": (64,), "tok_emb.weight": (256, 64)}
-    rules = cfg.sharding_rules(shapes)
+    model = nn.Module()
+    model.tok_emb = nn.Embedding(256, 64)
+    model.layers = nn.ModuleList([nn.Module()])
+    model.layers[0].attn = nn.Module()
+    model.layers[0].attn.wq = nn.Linear(64, 64, bias=False)
+    model.layers[0].attn.wo = nn.Linear(64, 64, bias=False)
+    model.layers[0].attn_norm = nn.LayerNorm(64, bias=False)
+    model.register_buffer("rope", torch.zeros(8, 4))
     mesh = SimpleNamespace(shape=cfg.mesh_shape)
+    monkeypatch.setattr(TuneConfig, "make_mesh", lambda self, devices=None: mesh)
+    placed = []
+    monkeypatch.setattr(sharding, "mark_sharding", lambda t, m, spec: placed.append((tuple(t.shape), m, spec)))
+    got_mesh, specs = cfg.shard_model(model)
+    assert got_mesh is mesh and all(m is mesh for _, m, _ in placed)
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    assert set(shapes) == {"tok_emb.weight", "layers.0.attn.wq.weight", "layers.0.attn.wo.weight",
+                           "layers.0.attn_norm.weight"}
     for name, shape in shapes.items():
-        assert tuple(spec_for(name, shape, rules, mesh)) == cfg.param_spec(name, shape)
+        assert specs[name] == cfg.param_spec(name, shape)
+    assert specs["rope"] == () and [s for sh, _, s in placed if sh == (8, 4)] == [()]
     assert cfg.param_spec("layers.0.attn.wq.weight", (64, 64)) == ("tensor", "fsdp")
     assert cfg.param_spec("layers.0.attn.wo.weight", (64, 64)) == ("fsdp", "tensor")
+
+
+def test_written_config_round_trips(tmp_path, monkeypatch):
+    """The YAML is TuneConfig.to_dict(); load_config reads it back into the same TuneConfig."""
+    monkeypatch.setattr("tputool.tune.tpu_compile.available", lambda: False)
+    out = tmp_path / "tputool-tune.yaml"
+    res = runner.invoke(app, ["tune", "--model", "llama", "--target", "v5e-8", "--batch", "1,8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    cfg = load_config(out)
+    assert cfg.to_dict() == doc
+    assert list(doc)[:4] == ["tputool_tune", "model", "mode", "label"]
+    assert {"hardware", "mesh", "global_batch", "partition_rules", "predicted", "search"} <= set(doc)
 
 
 def test_shard_model_on_the_tpu_device(tmp_path):

@@ -365,15 +365,13 @@ def topology_aware_mesh(mesh_shape=None, axis_names=None):
     """A jax.sharding.Mesh over all devices, laid out by JAX's topology-aware device order.
 
     `mesh_shape` defaults to (device_count(),); `axis_names` to ('data',) or ('axis0', ...). The
-    SPMD/graph layer (tputool.backend.graph) consumes it.
+    SPMD/graph layer (tputool.backend.graph) consumes it. Built by `tputool.mesh.build_mesh`.
     """
-    import jax
-    from jax.experimental import mesh_utils
+    from tputool.mesh import build_mesh
 
     shape = tuple(mesh_shape) if mesh_shape is not None else (device_count(),)
     names = tuple(axis_names) if axis_names is not None else (
         ("data",) if len(shape) == 1 else tuple(f"axis{i}" for i in range(len(shape))))
     if len(names) != len(shape):
         raise ValueError(f"mesh_shape {shape} and axis_names {names} differ in length")
-    devices = mesh_utils.create_device_mesh(shape, jax.devices())
-    return jax.sharding.Mesh(devices, names)
+    return build_mesh(shape, names, fallback=False)

@@ -42,10 +42,9 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
 
     rec = run_child(script, list(args or []), timeout_s, max_steps, script_output_to_stderr)
     findings = merge(findings_from_record(rec), static)
-    return Report(rec.get("script", os.path.abspath(script)), rec["status"], int(rec.get("exit_code") or 0),
-                  int(rec.get("steps") or 0), round(rec["wall_s"], 3), findings, rec.get("error"),
-                  round(rec["run_s"], 3) if rec.get("run_s") is not None else None, rec.get("devices", []), note=note, step_s=_round(steady_step_s(rec)))
+    return Report(rec.script, rec.status, int(rec.exit_code or 0), int(rec.steps or 0), round(rec.wall_s, 3), findings,
+                  rec.error, _round(rec.run_s, 3), rec.devices, note=note, step_s=_round(steady_step_s(rec), 6))
 
 
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 6)
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)

@@ -2,13 +2,14 @@
 
 Runs SCRIPT as `__main__` (runpy) with the observers installed, and whatever happens (normal end, an
 exception, SystemExit, --max-steps, the soft --timeout) writes one JSON record of the observations to
-OUT.json for the parent (`tputool.diagnose.runner`). The record's fields are listed in `record.py`.
+OUT.json for the parent (`tputool.diagnose.runner`): a `tputool.diagnose.record.RunRecord`.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import json
 import os
 import runpy
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from tputool.diagnose import dynamo
     from tputool.diagnose.jaxwatch import JaxWatch
     from tputool.diagnose.observe import Observer, StepCounter, StepLimitReached, wrap_from_numpy
+    from tputool.diagnose.record import RunRecord
     from tputool.diagnose.userframes import UserFrames
 
     frames = UserFrames(os.path.dirname(script))
@@ -87,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     undo_numpy = wrap_from_numpy(frames, observer)
     call_sites = dynamo.CallSites(frames)
     call_sites.install()
-    record: dict = {"script": script, "argv": list(ns.args), "max_steps": ns.max_steps, "timeout_s": ns.timeout,
-                    "status": "ok", "exit_code": 0, "error": None}
+    record = RunRecord(script=script, argv=list(ns.args), status="ok", exit_code=0, max_steps=ns.max_steps,
+                       timeout_s=ns.timeout)
     sys.argv = [script, *ns.args]
     sys.path.insert(0, os.path.dirname(script))
     if ns.timeout:
@@ -100,43 +102,43 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runpy.run_path(script, run_name="__main__")
     except StepLimitReached:
-        record["status"] = "step_limit"
+        record.status = "step_limit"
     except SoftTimeout:
-        record["status"] = "timeout"
+        record.status = "timeout"
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        record["exit_code"] = code
+        record.exit_code = code
         if code != 0:
-            record["status"] = "error"
-            record["error"] = {"type": "SystemExit", "message": str(e.code), "traceback": []}
+            record.status = "error"
+            record.error = {"type": "SystemExit", "message": str(e.code), "traceback": []}
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script goes into the record
-        record["status"] = "error"
-        record["exit_code"] = 1
+        record.status = "error"
+        record.exit_code = 1
         tb = frames.trim_traceback(e.__traceback__)
         if isinstance(e, SyntaxError) and e.filename and frames.is_user(e.filename):
             tb.append({"file": e.filename, "line": e.lineno or 0, "function": "<module>",
                        "text": (e.text or "").strip()})
-        record["error"] = {"type": type(e).__name__, "message": str(e), "traceback": tb}
+        record.error = {"type": type(e).__name__, "message": str(e), "traceback": tb}
     finally:
         if ns.timeout:
             signal.setitimer(signal.ITIMER_REAL, 0)
         try:
             observer.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - the script left its own mode on the stack; the record matters more
-            record["note"] = "the script left a TorchFunctionMode active"
+            record.note = "the script left a TorchFunctionMode active"
         steps.remove()
         jaxwatch.remove()
         call_sites.remove()
         undo_numpy()
     t_end = time.perf_counter()
-    record.update({"steps": steps.steps, "run_s": t_end - t_start, "startup_s": t_start - t0,
-                   "step_s": [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)],
-                   "xla": jaxwatch.to_record(steps.steps)})
-    record.update(observer.to_record())
-    record.update(dynamo.collect(frames, call_sites.sites, call_sites.break_marks))
-    record.update(_events_record(boundaries, steps.steps))
+    record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
+    record.step_s = [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)]
+    record.xla = jaxwatch.to_record(steps.steps)
+    observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks),
+                **_events_record(boundaries, steps.steps)}
+    record = dataclasses.replace(record, **observed)  # a TypeError here: an observer's key is not a RunRecord field
     with open(ns.record, "w") as f:
-        json.dump(record, f, default=str)  # default=str: a stray non-JSON value must not lose the record
+        json.dump(record.to_dict(), f, default=str)  # default=str: a stray non-JSON value must not lose the record
     return 0
 
 

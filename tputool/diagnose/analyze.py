@@ -8,6 +8,7 @@ import re
 
 from tputool.codemods.model import Severity
 from tputool.diagnose.model import Finding
+from tputool.diagnose.record import RunRecord
 from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
 
 RECOMPILE_CLASSES = tuple((re.compile(p), klass, fix) for p, klass, fix in RECOMPILE_HINTS)
@@ -48,10 +49,10 @@ def _sync_class(count: int, steps_seen: int, steps: int) -> str:
     return "loop" if count >= 2 else "once"
 
 
-def _host_syncs(rec: dict, steps: int) -> list[Finding]:
-    device_run = any(d not in ("cpu", "meta") for d in rec.get("devices", []))
+def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
+    device_run = any(d not in ("cpu", "meta") for d in rec.devices)
     out, seen = [], set()
-    for s in rec.get("host_syncs", []):
+    for s in rec.host_syncs:
         if s["device"] == "cpu" and (device_run or not s.get("direct", True)):
             continue  # syncs of CPU tensors cost nothing on a tpu run, nor inside libraries on a CPU stand-in run
         seen.add((s["file"], s["line"]))
@@ -67,21 +68,21 @@ def _host_syncs(rec: dict, steps: int) -> list[Finding]:
             out.append(_finding("TPU809", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
     # A CPU fallback reads its inputs back to the host: that sync is part of the fallback finding.
-    seen |= {(e["file"], e["line"]) for e in rec.get("events", []) if e["kind"] == "fallback"}
-    for e in rec.get("events", []):
+    seen |= {(e["file"], e["line"]) for e in rec.events if e["kind"] == "fallback"}
+    for e in rec.events:
         if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:
             out.append(_finding("TPU601", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
                                 f"{e['count']} times", count=e["count"], steps=steps, kind=e["detail"]))
     return out
 
 
-def _dtypes(rec: dict, steps: int) -> list[Finding]:
+def _dtypes(rec: RunRecord, steps: int) -> list[Finding]:
     out = []
-    for d in rec.get("dtypes", []):
+    for d in rec.dtypes:
         code = "TPU804" if d["dtype"] == "float64" else "TPU805"
         out.append(_finding(code, d["file"], d["line"], f"{d['op']} creates {d['dtype']} tensors ({d['count']} times)",
                             count=d["count"], steps=steps, op=d["op"]))
-    for d in rec.get("dynamic_shapes", []):
+    for d in rec.dynamic_shapes:
         repeated = d["count"] >= 2 and (steps < 2 or d["count"] >= EVERY_STEP_FRACTION * steps)
         out.append(_finding("TPU602", d["file"], d["line"], f"{d['op']} has a data-dependent output shape "
                             f"({_times(d['count'])})", count=d["count"], steps=steps, op=d["op"],
@@ -101,9 +102,9 @@ def _padded(dims: dict) -> tuple[list[str], float]:
     return parts, 1 - real / padded if padded else 0.0
 
 
-def _shapes(rec: dict, steps: int) -> list[Finding]:
+def _shapes(rec: RunRecord, steps: int) -> list[Finding]:
     groups: dict[tuple[str, str, int], list[dict]] = {}
-    for s in rec.get("shapes", []):
+    for s in rec.shapes:
         groups.setdefault((s["op"], s["file"], s["line"]), []).append(s)
     out = []
     for (op, file, line), items in groups.items():
@@ -130,9 +131,9 @@ def explain_graph_break(reason: str) -> tuple[str | None, str]:
     return None, FIX["TPU801"]
 
 
-def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
+def _graph_breaks(rec: RunRecord, steps: int) -> list[Finding]:
     out = []
-    for b in rec.get("graph_breaks", []):
+    for b in rec.graph_breaks:
         what, fix = explain_graph_break(b["reason"])
         split = ""
         if b.get("ops_before") is not None or b.get("ops_after") is not None:
@@ -146,7 +147,7 @@ def _graph_breaks(rec: dict, steps: int) -> list[Finding]:
     return out
 
 
-def _recompiles(rec: dict) -> list[Finding]:
+def _recompiles(rec: RunRecord) -> list[Finding]:
     """One finding per compiled function that recompiled, classified by the guard that failed.
 
     A library function the user compiled (a Hugging Face forward, say) is reported at the user's call
@@ -154,10 +155,10 @@ def _recompiles(rec: dict) -> list[Finding]:
     same place are one finding.
     """
     groups: dict[tuple[str, str], list[dict]] = {}
-    for c in rec.get("compiles", []):
+    for c in rec.compiles:
         if c.get("user") or not c.get("torch", True):  # the user's code, or a library the user compiled
             groups.setdefault((c["file"], c["function"]), []).append(c)
-    limit = rec.get("recompile_limit")
+    limit = rec.recompile_limit
     merged: dict[tuple[str, int, str], dict] = {}
     for (file, function), cs in groups.items():
         recompiles = [c for c in cs if c.get("recompile_reason")]
@@ -205,7 +206,7 @@ def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
 
-def _events(rec: dict, steps: int) -> list[Finding]:
+def _events(rec: RunRecord, steps: int) -> list[Finding]:
     """CPU fallbacks, fused-eager flushes and host-to-device copies from the backend's event log.
 
     With two or more steps, what happened only in the first half (set-up, warm-up) is a note at most, and
@@ -214,7 +215,7 @@ def _events(rec: dict, steps: int) -> list[Finding]:
     out = []
     steady = steps - steps // 2 if steps >= 2 else 0
     groups: dict[tuple[str, str, str, int], list[int]] = {}
-    for e in rec.get("events", []):
+    for e in rec.events:
         if e["kind"] in ("fallback", "flush", "transfer_h2d"):
             g = groups.setdefault((e["kind"], e["detail"], e["file"], e["line"]), [0, 0, 0, 0])
             g[0] += e["count"]
@@ -244,10 +245,10 @@ def _events(rec: dict, steps: int) -> list[Finding]:
     return out
 
 
-def _late_compiles(rec: dict, steps: int) -> list[Finding]:
+def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
     """XLA compiles (backend "compile" events) in the second half of the run, grouped by user location."""
     groups: dict[tuple[str, int], dict[str, int]] = {}
-    for e in rec.get("events", []):
+    for e in rec.events:
         if e["kind"] == "compile" and e.get("late"):
             # Generated code (FX graphs run eagerly: "<eval_with_key>.N") and the autograd thread
             # ("<unknown>") have no line of the user's: one group for all of them.
@@ -272,17 +273,17 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _run_status(rec: dict) -> list[Finding]:
+def _run_status(rec: RunRecord) -> list[Finding]:
     out = []
-    err = rec.get("error")
-    if rec.get("status") in ("error", "crashed") and err:
+    err = rec.error
+    if rec.status in ("error", "crashed") and err:
         tb = err.get("traceback") or []
-        file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.get("script", "?"), 0)
+        file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.script, 0)
         first = (err.get("message") or "").strip().split("\n", 1)[0]
         out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
-    if rec.get("status") == "timeout":
-        out.append(_finding("TPU811", rec.get("script", "?"), 0,
-                            f"stopped after {rec.get('timeout_s')} s ({rec.get('steps', 0)} steps ran)"))
+    if rec.status == "timeout":
+        out.append(_finding("TPU811", rec.script, 0,
+                            f"stopped after {rec.timeout_s} s ({rec.steps} steps ran)"))
     return out
 
 
@@ -290,36 +291,36 @@ def _run_status(rec: dict) -> list[Finding]:
 LATE_COMPILE_FRACTION = 0.25
 
 
-def steady_step_s(rec: dict) -> float | None:
+def steady_step_s(rec: RunRecord) -> float | None:
     """Median seconds per optimizer step over the second half of the run (None with fewer than 2 steps)."""
-    times = rec.get("step_s") or []
+    times = rec.step_s
     late = sorted(times[len(times) // 2:]) if len(times) >= 2 else []
     return late[len(late) // 2] if late else None
 
 
-def _compile_time(rec: dict) -> list[Finding]:
-    xla = rec.get("xla") or {}
+def _compile_time(rec: RunRecord) -> list[Finding]:
+    xla = rec.xla
     total = xla.get("compile_s", 0.0)
     if not xla.get("compiles"):
         return []
-    times = rec.get("step_s") or []
+    times = rec.step_s
     late_time = sum(times[len(times) // 2:]) if len(times) >= 2 else 0.0
     late = xla.get("late_compile_s", 0.0)
-    run = rec.get("run_s") or 0.0
+    run = rec.run_s or 0.0
     share = f" ({total / run:.0%} of the run)" if run else ""
     msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
     if len(times) >= 2:
         msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
     bad = late_time > 0 and late > LATE_COMPILE_FRACTION * late_time
     fix = None if late > 0 else "nothing needed: warm-up compiles only (the persistent cache saves them next run)"
-    return [_finding("TPU812", rec.get("script", "?"), 0, msg, count=xla["compiles"], fix=fix,
+    return [_finding("TPU812", rec.script, 0, msg, count=xla["compiles"], fix=fix,
                      severity=Severity.WARNING if bad else Severity.INFO, compile_s=round(total, 3),
                      late_compile_s=round(late, 3))]
 
 
-def findings_from_record(rec: dict) -> list[Finding]:
+def findings_from_record(rec: RunRecord) -> list[Finding]:
     """Every runtime finding the record supports, unsorted."""
-    steps = int(rec.get("steps") or 0)
+    steps = int(rec.steps or 0)
     found = [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
              *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec)]
     return _fold_xla_compiles(found)

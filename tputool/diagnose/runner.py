@@ -1,11 +1,5 @@
-"""Run a script under the diagnose child process and read back its record.
-
-The record (JSON, written by `tputool.diagnose._child`) has: script, argv, max_steps, timeout_s, status
-("ok" | "error" | "step_limit" | "timeout" | "crashed"), exit_code, error ({type, message, traceback: [{file,
-line, function, text}]} or null), steps, run_s, startup_s, host_syncs, dtypes, dynamic_shapes, shapes, devices
-(from the function mode), graph_breaks, compiles, recompile_limit (from Dynamo), events, event_totals (from
-the backend's event log).
-"""
+"""Run a script under the diagnose child process and read back its record (`tputool.diagnose.record.RunRecord`,
+written as JSON by `tputool.diagnose._child`)."""
 
 from __future__ import annotations
 
@@ -16,13 +10,14 @@ import sys
 import tempfile
 import time
 
+from tputool.diagnose.record import RunRecord
 from tputool.errors import UserError
 
 HARD_KILL_GRACE_S = 30.0
 
 
 def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | None,
-              script_output_to_stderr: bool = False) -> dict:
+              script_output_to_stderr: bool = False) -> RunRecord:
     """Run `script args` in a child interpreter under observation; returns the record plus wall_s."""
     if not os.path.isfile(script):
         raise UserError(f"no such script: {script}")
@@ -45,7 +40,7 @@ def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | N
         try:
             with open(record_path) as f:
                 text = f.read()
-            record = json.loads(text) if text else None
+            record = RunRecord.from_dict(json.loads(text)) if text else None
         except (OSError, json.JSONDecodeError):
             record = None
     finally:
@@ -55,9 +50,9 @@ def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | N
             pass
     if record is None:
         why = "was killed after the timeout" if rc is None else f"exited with status {rc} before writing a record"
-        record = {"script": os.path.abspath(script), "argv": args, "status": "crashed" if rc is not None else "timeout",
-                  "exit_code": rc if rc is not None else 1,
-                  "error": {"type": "ChildCrashed", "message": f"the diagnose child {why}", "traceback": []},
-                  "steps": 0, "max_steps": max_steps, "timeout_s": timeout_s}
-    record["wall_s"] = wall
+        record = RunRecord(script=os.path.abspath(script), argv=args,
+                           status="crashed" if rc is not None else "timeout", exit_code=rc if rc is not None else 1,
+                           error={"type": "ChildCrashed", "message": f"the diagnose child {why}", "traceback": []},
+                           steps=0, max_steps=max_steps, timeout_s=timeout_s)
+    record.wall_s = wall
     return record

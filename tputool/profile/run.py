@@ -1,41 +1,12 @@
-"""`tputool profile`: trace a built-in/user model's training step, or a whole Python script."""
+"""`tputool profile SCRIPT`: trace a whole Python script (`tputool profile --model` is `tputool.tune.api.profile_model`:
+a model's training step is built by tune, which uses this package, never the reverse)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from tputool.errors import UserError
 from tputool.profile.reader import TraceSummary, read_trace
 from tputool.scripts import run_as_main, script_path
-
-
-def profile_model(model: str, steps: int, outdir: str | Path, candidate: Any = None,
-                  overrides: dict[str, Any] | None = None) -> TraceSummary:
-    """Trace `steps` training steps of `model` (data-parallel over all devices unless `candidate` is given)."""
-    import jax
-
-    from tputool.profile.capture import capture
-    from tputool.tune.api import resolve_model
-    from tputool.tune.candidate import Candidate
-    from tputool.tune.measure import compile_step
-    from tputool.tune.step import build_step
-
-    if steps < 1:
-        raise UserError(f"--steps must be >= 1, got {steps}")
-    rm = resolve_model(model, overrides)
-    c = candidate or Candidate(data=jax.device_count(), batch=1)
-    built = build_step(rm.spec, rm.config, c)
-    compiled, _ = compile_step(built)
-    state, inputs, targets = built.init_args(rm.spec, rm.config)
-    holder = {"s": state}
-
-    def one(_i: int):
-        holder["s"], loss = compiled(holder["s"], inputs, targets)
-        return loss
-
-    jax.block_until_ready(one(0))
-    return capture(one, steps, outdir)
 
 
 def profile_script(script: str | Path, args: list[str], outdir: str | Path) -> TraceSummary:
@@ -51,3 +22,13 @@ def profile_script(script: str | Path, args: list[str], outdir: str | Path) -> T
         run_as_main(path, args)
     prof.export_chrome_trace(str(out / "torch_trace.json"))
     return read_trace(out)
+
+
+def __getattr__(name: str):
+    """Compatibility: `tputool/cli.py` still imports `profile_model` from here; delete once it imports
+    `tputool.tune.api.profile_model` (this lazy import is the last profile -> tune edge)."""
+    if name == "profile_model":
+        from tputool.tune.api import profile_model
+
+        return profile_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,13 +1,16 @@
-"""`tune_model`: resolve a model, describe it, and run a measured or predicted search."""
+"""`tune_model`: resolve a model, describe it, and run a measured or predicted search; `profile_model`: trace
+one configuration's training step."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tputool.errors import UserError
 from tputool.models.spec import ModelSpec
+from tputool.profile.reader import TraceSummary
 from tputool.tune.candidate import Candidate, ModelDims
 from tputool.tune.search import Row, TuneResult, tune_measured, tune_predicted
 from tputool.tune.space import SearchSpace
@@ -47,6 +50,23 @@ def measured_runner(rm: ResolvedModel, steps: int = 3) -> Callable[[Candidate], 
         return measure(build_step(rm.spec, rm.config, c), rm.spec, rm.config, steps=steps)
 
     return run
+
+
+def profile_model(model: str, steps: int, outdir: str | Path, candidate: Candidate | None = None,
+                  overrides: dict[str, Any] | None = None) -> TraceSummary:
+    """Trace `steps` training steps of `model` (data-parallel over all devices unless `candidate` is given)."""
+    import jax
+
+    from tputool.profile.capture import capture
+    from tputool.tune.measure import warm_step
+    from tputool.tune.step import build_step
+
+    if steps < 1:
+        raise UserError(f"--steps must be >= 1, got {steps}")
+    rm = resolve_model(model, overrides)
+    c = candidate or Candidate(data=jax.device_count(), batch=1)
+    one, _, _ = warm_step(build_step(rm.spec, rm.config, c), rm.spec, rm.config)
+    return capture(one, steps, outdir)
 
 
 def tune_model(model: str, *, target: str | None = None, overrides: dict[str, Any] | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+from tputool.mesh import build_mesh
 from tputool.tune.hardware import Hardware
 
 
@@ -28,8 +29,7 @@ def calibrate_host(devices: list | None = None, memory_bytes: float | None = Non
     """Measure matmul FLOP/s (bf16, fp32), memory bandwidth, dispatch and all-reduce latency here."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     devices = jax.devices() if devices is None else devices
@@ -42,7 +42,7 @@ def calibrate_host(devices: list | None = None, memory_bytes: float | None = Non
         rates[prec] = 2 * size**3 / _best_time(f, a) / n
     big = jnp.ones((4 * 1024 * 1024,), jnp.float32)
     bw = 2 * big.nbytes / _best_time(jax.jit(lambda x: x * 2.0 + 1.0), big) / n
-    mesh = Mesh(np.array(devices), ("d",))
+    mesh = build_mesh((n,), ("d",), devices, topology=False)
     x = jax.device_put(jnp.ones((n, 256)), NamedSharding(mesh, P("d")))
     trivial = _best_time(jax.jit(lambda v: v + 1.0), x)
     reduce = _best_time(jax.jit(lambda v: v.sum(0, keepdims=True), out_shardings=NamedSharding(mesh, P())), x)

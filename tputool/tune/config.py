@@ -1,8 +1,10 @@
-"""`tputool-tune.yaml`: write the winner of a search, read it back, and make it the active config.
+"""`tputool-tune.yaml`: the winner of a search as one typed record (`TuneConfig`), written and read through
+its `to_dict`/`from_dict` (pyyaml does the YAML), and made the active config.
 
 `apply_config(path)` parses and validates the file and makes it the process's active tuning config
 (also exported as TPUTOOL_TUNE_CONFIG for child processes); the backend's sharding code reads it with
-`active_config()` and asks it for the mesh and each parameter's partition spec.
+`active_config()` and asks it for the mesh and each parameter's partition spec (the rules are
+`tputool.partition`'s, the sharding API's vocabulary: no translation).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tputool.errors import UserError
+from tputool.partition import BATCH_AXES, LOGICAL_TO_MESH, logical_axes, partition_specs
 from tputool.tune.candidate import Candidate
-from tputool.tune.rules import BATCH_AXES, LOGICAL_TO_MESH, logical_axes, partition_specs
 
 FORMAT_VERSION = 1
 ENV_VAR = "TPUTOOL_TUNE_CONFIG"
@@ -22,12 +24,24 @@ ENV_VAR = "TPUTOOL_TUNE_CONFIG"
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """A tuned configuration: the candidate plus the partition rules that go with it."""
+    """A tuned configuration (the candidate and its partition rules) and what the search said about it.
+
+    Only the candidate and the rules configure a run; the other fields (model, mode, ..., search) are the
+    search's report, written to the file and read back when present (a hand-written file may omit them).
+    """
 
     candidate: Candidate
     logical_to_mesh: dict[str, str | None] = field(default_factory=lambda: dict(LOGICAL_TO_MESH))
     batch_axes: tuple[str, ...] = BATCH_AXES
-    source: str = ""
+    source: str = ""  # the file it was read from (not written)
+    model: str = ""
+    mode: str = ""  # measured | predicted
+    label: str = ""
+    hardware: dict[str, Any] | None = None  # name, devices, kind
+    predicted: dict[str, Any] | None = None  # the cost model's estimate of the winner
+    measured: dict[str, Any] | None = None  # what running it showed (measured mode)
+    compiled_memory_bytes_per_device: float | None = None  # from a TPU compile (predicted mode)
+    search: dict[str, Any] | None = None  # candidates, run, budget, Spearman, rejected
 
     @property
     def mesh_shape(self) -> dict[str, int]:
@@ -51,22 +65,13 @@ class TuneConfig:
                             f"{self.candidate.n_devices}`)")
         return make_mesh(self.candidate, devices)
 
-    def sharding_rules(self, shapes: dict[str, tuple[int, ...]]) -> tuple:
-        """The graph backend's `sharding.Rule`s (one exact-name rule per parameter) for these parameters."""
-        import re
-
-        from tputool.backend.graph.sharding import Rule
-
-        plan = partition_specs(shapes, self.mesh_shape, self.logical_to_mesh)
-        return tuple(Rule(f"^{re.escape(n)}$", plan.specs[n]) for n in shapes) + (Rule(r".*", ()),)
-
     def shard_model(self, model, devices: list | None = None):
-        """Place a `tpu` model's parameters by the config (graph backend `shard_model`); returns (mesh, specs)."""
-        from tputool.backend.graph.sharding import shard_model
+        """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs)."""
+        from tputool.backend.graph.sharding import shard_params
 
         mesh = self.make_mesh(devices)
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-        return mesh, shard_model(model, mesh, self.sharding_rules(shapes))
+        return mesh, shard_params(model, mesh, partition_specs(shapes, self.mesh_shape, self.logical_to_mesh).specs)
 
     def remat_policy(self):
         """The `jax.checkpoint` policy of the config's remat setting (None: no remat)."""
@@ -75,48 +80,67 @@ class TuneConfig:
         return {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
                 "full": jax.checkpoint_policies.nothing_saveable}[self.candidate.remat]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The tputool-tune.yaml document (plain data; keys in file order, report sections only when set)."""
+        c = self.candidate
+        doc: dict[str, Any] = {"tputool_tune": FORMAT_VERSION, "model": self.model, "mode": self.mode,
+                               "label": self.label}
+        if self.hardware is not None:
+            doc["hardware"] = self.hardware
+        doc.update({
+            "mesh": c.mesh, "batch_per_shard": c.batch, "global_batch": c.global_batch, "remat": c.remat,
+            "attention": {"impl": c.attention, "block": c.block}, "precision": c.precision,
+            "partition_rules": {"logical_to_mesh": dict(self.logical_to_mesh), "batch_axes": list(self.batch_axes)},
+        })
+        for key in ("predicted", "measured", "compiled_memory_bytes_per_device", "search"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
+        return doc
 
-def to_yaml_dict(result, row) -> dict[str, Any]:
-    """The YAML document for the winning `row` of a TuneResult."""
-    c: Candidate = row.candidate
-    e = row.estimate
-    doc: dict[str, Any] = {
-        "tputool_tune": FORMAT_VERSION,
-        "model": result.model,
-        "mode": result.mode,
-        "label": result.label,
-        "hardware": {"name": result.hardware.name, "devices": result.hardware.n_devices,
-                     "kind": result.hardware.kind},
-        "mesh": c.mesh,
-        "batch_per_shard": c.batch,
-        "global_batch": c.global_batch,
-        "remat": c.remat,
-        "attention": {"impl": c.attention, "block": c.block},
-        "precision": c.precision,
-        "partition_rules": {"logical_to_mesh": dict(LOGICAL_TO_MESH), "batch_axes": list(BATCH_AXES)},
-        "predicted": {
-            "step_s": e.step_s, "step_bounds_s": [e.step_lower_s, e.step_upper_s],
-            "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "memory_bytes_per_device": e.memory.total,
-            "compute_s": e.compute_s, "hbm_s": e.hbm_s, "comm_s": e.comm_s,
-        },
-    }
-    if row.measurement is not None:
-        m = row.measurement
-        doc["measured"] = {"step_s": m.step_s, "tokens_per_s": row.measured_tokens_per_s,
-                           "compute_s": m.compute_s, "collective_s": m.collective_s, "compile_s": m.compile_s}
-        if m.hlo_flops:
-            # XLA counts a while/scan body once (chunked attention's lax.map): a cross-check, not the truth
-            doc["measured"]["hlo_flops_over_model_hfu"] = m.hlo_flops * e.n_devices / e.hfu_flops
-    if row.compiled_memory is not None:
-        doc["compiled_memory_bytes_per_device"] = row.compiled_memory
-    doc["search"] = {
-        "candidates": len(result.rows), "run": len(result.measured), "budget": result.budget,
-        "spearman_pred_vs_measured": result.spearman(),
-        "rejected": [{"what": r.candidate.key, "stage": r.status, "reason": r.reason}
-                     for r in result.rows if r.status in ("memory", "failed")]
-        + [{"what": r.what, "stage": r.stage, "reason": r.reason} for r in result.rejected],
-    }
-    return doc
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], source: str = "") -> TuneConfig:
+        """Parse a tputool-tune.yaml document; KeyError/TypeError/ValueError on a bad or missing field."""
+        mesh = doc["mesh"]
+        attn = doc.get("attention") or {}
+        cand = Candidate(data=int(mesh["data"]), fsdp=int(mesh["fsdp"]), tensor=int(mesh["tensor"]),
+                         batch=int(doc["batch_per_shard"]), remat=str(doc["remat"]),
+                         attention=str(attn.get("impl", "plain")), block=int(attn.get("block", 0)),
+                         precision=str(doc["precision"]))
+        rules = doc.get("partition_rules") or {}
+        return cls(cand, dict(rules.get("logical_to_mesh") or LOGICAL_TO_MESH),
+                   tuple(rules.get("batch_axes") or BATCH_AXES), source, model=str(doc.get("model", "")),
+                   mode=str(doc.get("mode", "")), label=str(doc.get("label", "")), hardware=doc.get("hardware"),
+                   predicted=doc.get("predicted"), measured=doc.get("measured"),
+                   compiled_memory_bytes_per_device=doc.get("compiled_memory_bytes_per_device"),
+                   search=doc.get("search"))
+
+    @classmethod
+    def from_result(cls, result, row) -> TuneConfig:
+        """The config of `row` (the winner or another row) of a `TuneResult`, with the search's report."""
+        c: Candidate = row.candidate
+        e = row.estimate
+        measured = None
+        if row.measurement is not None:
+            m = row.measurement
+            measured = {"step_s": m.step_s, "tokens_per_s": row.measured_tokens_per_s,
+                        "compute_s": m.compute_s, "collective_s": m.collective_s, "compile_s": m.compile_s}
+            if m.hlo_flops:
+                # XLA counts a while/scan body once (chunked attention's lax.map): a cross-check, not the truth
+                measured["hlo_flops_over_model_hfu"] = m.hlo_flops * e.n_devices / e.hfu_flops
+        return cls(
+            c, model=result.model, mode=result.mode, label=result.label,
+            hardware={"name": result.hardware.name, "devices": result.hardware.n_devices,
+                      "kind": result.hardware.kind},
+            predicted={"step_s": e.step_s, "step_bounds_s": [e.step_lower_s, e.step_upper_s],
+                       "tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "memory_bytes_per_device": e.memory.total,
+                       "compute_s": e.compute_s, "hbm_s": e.hbm_s, "comm_s": e.comm_s},
+            measured=measured, compiled_memory_bytes_per_device=row.compiled_memory,
+            search={"candidates": len(result.rows), "run": len(result.measured), "budget": result.budget,
+                    "spearman_pred_vs_measured": result.spearman(),
+                    "rejected": [{"what": r.candidate.key, "stage": r.status, "reason": r.reason}
+                                 for r in result.rows if r.status in ("memory", "failed")]
+                    + [{"what": r.what, "stage": r.stage, "reason": r.reason} for r in result.rejected]},
+        )
 
 
 def write_config(result, path: str | Path, row=None) -> Path:
@@ -127,7 +151,7 @@ def write_config(result, path: str | Path, row=None) -> Path:
     if row is None:
         raise UserError("no candidate ran successfully: nothing to write")
     p = Path(path)
-    p.write_text(yaml.safe_dump(to_yaml_dict(result, row), sort_keys=False))
+    p.write_text(yaml.safe_dump(TuneConfig.from_result(result, row).to_dict(), sort_keys=False))
     return p
 
 
@@ -145,18 +169,9 @@ def load_config(path: str | Path) -> TuneConfig:
     if not isinstance(doc, dict) or doc.get("tputool_tune") != FORMAT_VERSION:
         raise UserError(f"{path} is not a tputool-tune.yaml (version {FORMAT_VERSION})")
     try:
-        mesh = doc["mesh"]
-        attn = doc.get("attention") or {}
-        cand = Candidate(data=int(mesh["data"]), fsdp=int(mesh["fsdp"]), tensor=int(mesh["tensor"]),
-                         batch=int(doc["batch_per_shard"]), remat=str(doc["remat"]),
-                         attention=str(attn.get("impl", "plain")), block=int(attn.get("block", 0)),
-                         precision=str(doc["precision"]))
-        rules = doc.get("partition_rules") or {}
-        l2m = dict(rules.get("logical_to_mesh") or LOGICAL_TO_MESH)
-        batch_axes = tuple(rules.get("batch_axes") or BATCH_AXES)
+        return TuneConfig.from_dict(doc, str(p))
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path}: bad or missing field ({e})") from e
-    return TuneConfig(cand, l2m, batch_axes, str(p))
 
 
 _ACTIVE: TuneConfig | None = None

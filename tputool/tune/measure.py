@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,9 +50,11 @@ def memory_bytes(compiled) -> tuple[int, int]:
         return 0, 0
 
 
-def measure(built: BuiltStep, spec: ModelSpec, config: Any, steps: int = 3,
-            trace_dir: str | None = None) -> Measurement:
-    """Compile, run one warm-up step, then profile `steps` steps and read the trace."""
+def warm_step(built: BuiltStep, spec: ModelSpec, config: Any) -> tuple[Callable[[int], Any], Any, float]:
+    """Compile `built`, put its arguments on the devices and run one warm-up step.
+
+    Returns (one, compiled, compile seconds): `one(i)` runs one more training step and returns its loss.
+    """
     import jax
 
     compiled, compile_s = compile_step(built)
@@ -63,6 +66,13 @@ def measure(built: BuiltStep, spec: ModelSpec, config: Any, steps: int = 3,
         return loss
 
     jax.block_until_ready(one(0))
+    return one, compiled, compile_s
+
+
+def measure(built: BuiltStep, spec: ModelSpec, config: Any, steps: int = 3,
+            trace_dir: str | None = None) -> Measurement:
+    """Compile, run one warm-up step, then profile `steps` steps and read the trace."""
+    one, compiled, compile_s = warm_step(built, spec, config)
     with tempfile.TemporaryDirectory(prefix="tputool-tune-") as tmp:
         summary = capture(one, steps, trace_dir or tmp, python_tracer=False)
     loss = float(one(0))

@@ -7,11 +7,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tputool.partition import partition_specs
 from tputool.tune.candidate import Candidate, ModelDims
 from tputool.tune.cost_model import Estimate, estimate
 from tputool.tune.hardware import Hardware
 from tputool.tune.measure import Measurement
-from tputool.tune.rules import partition_specs
 from tputool.tune.space import Rejected, SearchSpace, enumerate_space
 
 GIB = 1024**3

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from tputool.models.spec import ModelSpec
+from tputool.partition import BATCH_AXES, PartitionPlan, partition_specs
 from tputool.tune.candidate import Candidate
 from tputool.tune.export import ExportedLoss, export_loss
 from tputool.tune.lower import loss_function
-from tputool.tune.rules import BATCH_AXES, PartitionPlan, partition_specs
 
 ADAMW = {"lr": 1e-3, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 """Optimizer hyper-parameters of the measured step (the step's cost does not depend on them)."""
@@ -81,16 +81,16 @@ def exported_for(spec: ModelSpec, config: Any, global_batch: int, precision: str
 
 
 def make_mesh(c: Candidate, devices: list | None = None):
-    """A (data, fsdp, tensor) mesh over the first data*fsdp*tensor devices (the graph backend's
-    topology-aware mesh: physical device order on TPU)."""
+    """A (data, fsdp, tensor) mesh over the first data*fsdp*tensor devices (`tputool.mesh.axis_mesh`:
+    physical device order on TPU)."""
     import jax
 
-    from tputool.backend.graph.sharding import topology_aware_mesh
+    from tputool.mesh import axis_mesh
 
     devices = jax.devices() if devices is None else devices
     if len(devices) < c.n_devices:
         raise ValueError(f"candidate needs {c.n_devices} devices, {len(devices)} available")
-    return topology_aware_mesh(c.mesh, devices[: c.n_devices])
+    return axis_mesh(c.mesh, devices[: c.n_devices])
 
 
 def _adamw(params: dict, grads: dict, m: dict, v: dict, t):

@@ -4,18 +4,18 @@ A tpu tensor's data is a JAX array, so sharding it is placing that array with a 
 compiled graph (torch.compile backend "tpu") and every eager op then runs SPMD, partitioned by XLA from the
 input shardings. Data parallelism, FSDP and tensor parallelism are all expressed as shardings:
 
-    mesh = topology_aware_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    mesh = topology_aware_mesh({"data": 2, "fsdp": 2, "tensor": 2})   # tputool.mesh.axis_mesh
     shard_model(model, mesh, FSDP_RULES)            # parameters (and so their grads and optimizer state)
     x = mark_sharding(x.to("tpu"), mesh, BATCH)     # inputs split over data x fsdp
     y = sharding_constraint(h, mesh, ("data", None, "tensor"))   # inside a model: an activation constraint
 
-Axis names in a spec are mesh axes or None (replicated); a dim may also name a tuple of axes.
+Axis names in a spec are mesh axes or None (replicated); a dim may also name a tuple of axes. Rules and
+rule tables (`Rule`, `FSDP_RULES`, `spec_for`, ...) are `tputool.partition`'s, shared with `tputool.tune`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import jax
@@ -24,38 +24,15 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tputool.errors import UserError
+from tputool.mesh import AXES as AXES  # the sharding API's mesh axis names
+from tputool.mesh import axis_mesh as topology_aware_mesh  # noqa: F401 - the sharding API's public name (README)
+from tputool.partition import BATCH_AXES, Rule, Spec, spec_for
+from tputool.partition import FSDP_RULES as FSDP_RULES  # the sharding API's rule tables (README), re-exported
+from tputool.partition import LLAMA_TP_RULES as LLAMA_TP_RULES
+from tputool.partition import REPLICATED_RULES as REPLICATED_RULES
 
-AXES = ("data", "fsdp", "tensor")
-"""Mesh axis names, outermost first: data parallel, fully-sharded data parallel, tensor parallel."""
-
-Spec = Sequence[str | tuple[str, ...] | None]
-
-BATCH: Spec = (("data", "fsdp"),)
+BATCH: Spec = (BATCH_AXES,)
 """Inputs: the batch dim split over data x fsdp, everything else replicated."""
-
-
-def topology_aware_mesh(axis_sizes: dict[str, int] | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A mesh over `devices` (default: all JAX devices) with axes data/fsdp/tensor of `axis_sizes`.
-
-    Missing axes get size 1, except that with no sizes at all every device goes to "data". The device
-    order follows the physical topology on TPU (jax's mesh_utils); sizes must multiply to the device count.
-    """
-    from jax.experimental import mesh_utils
-
-    devs = list(devices) if devices is not None else jax.devices()
-    sizes = dict(axis_sizes or {"data": len(devs)})
-    unknown = set(sizes) - set(AXES)
-    if unknown:
-        raise UserError(f"unknown mesh axes {sorted(unknown)} (axes are {', '.join(AXES)})")
-    shape = tuple(int(sizes.get(a, 1)) for a in AXES)
-    if int(np.prod(shape)) != len(devs):
-        raise UserError(f"mesh {dict(zip(AXES, shape, strict=True))} needs {int(np.prod(shape))} devices, "
-                        f"there are {len(devs)}")
-    try:
-        grid = mesh_utils.create_device_mesh(shape, devs)
-    except (AssertionError, ValueError, NotImplementedError):
-        grid = np.asarray(devs, dtype=object).reshape(shape)
-    return Mesh(grid, AXES)
 
 
 def named_sharding(mesh: Mesh, spec: Spec, ndim: int) -> NamedSharding:
@@ -98,52 +75,22 @@ def sharding_of(t: torch.Tensor) -> jax.sharding.Sharding:
     return tt.to_jax(t).sharding
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Parameters whose name matches `pattern` (re.search) and with `ndim` dims (None: any) get `spec`."""
-
-    pattern: str
-    spec: Spec
-    ndim: int | None = None
-
-
-REPLICATED_RULES: tuple[Rule, ...] = (Rule(r".*", ()),)
-"""Data parallel: every parameter replicated (grads are all-reduced by XLA over the batch axes)."""
-
-FSDP_RULES: tuple[Rule, ...] = (Rule(r".*", ("fsdp",), ndim=2), Rule(r".*", ()))
-"""FSDP: matrices split on dim 0 over the fsdp axis (gathered on use by XLA), vectors replicated."""
-
-LLAMA_TP_RULES: tuple[Rule, ...] = (
-    Rule(r"\.(wq|wk|wv|w1|w3)\.weight$", ("tensor", "fsdp")),
-    Rule(r"\.(wo|w2)\.weight$", ("fsdp", "tensor")),
-    Rule(r"(tok_emb|head)\.weight$", ("fsdp", None)),
-    Rule(r".*", ()),
-)
-"""Megatron-style tensor parallelism for tputool's Llama (column-split q/k/v/up, row-split o/down) + FSDP."""
-
-
-def spec_for(name: str, shape: Sequence[int], rules: Iterable[Rule], mesh: Mesh) -> Spec:
-    """The spec of the first rule matching parameter `name`; axes a dim cannot divide over are dropped."""
-    for rule in rules:
-        if (rule.ndim is None or rule.ndim == len(shape)) and re.search(rule.pattern, name):
-            out = []
-            for dim, s in enumerate(tuple(rule.spec)[: len(shape)]):
-                names = tuple(a for a in (s if isinstance(s, tuple) else (s,)) if a is not None)
-                n = int(np.prod([mesh.shape[a] for a in names])) if names else 1
-                out.append(s if names and shape[dim] % n == 0 else None)
-            return tuple(out)
-    return ()
+def shard_params(model: torch.nn.Module, mesh: Mesh, specs: Mapping[str, Spec]) -> dict[str, Spec]:
+    """Place every parameter and buffer of tpu `model` with its entry of `specs` (absent: replicated);
+    returns name -> spec."""
+    placed = {}
+    for name, p in [*model.named_parameters(), *model.named_buffers()]:
+        spec = specs.get(name, ())
+        mark_sharding(p, mesh, spec)
+        placed[name] = spec
+    return placed
 
 
 def shard_model(model: torch.nn.Module, mesh: Mesh, rules: Iterable[Rule] = FSDP_RULES) -> dict[str, Spec]:
     """Shard every parameter and buffer of tpu `model` by `rules` (first match wins); returns name -> spec."""
     rules = tuple(rules)
-    specs = {}
-    for name, p in [*model.named_parameters(), *model.named_buffers()]:
-        spec = spec_for(name, tuple(p.shape), rules, mesh)
-        mark_sharding(p, mesh, spec)
-        specs[name] = spec
-    return specs
+    return shard_params(model, mesh, {name: spec_for(name, tuple(p.shape), rules, mesh)
+                                      for name, p in [*model.named_parameters(), *model.named_buffers()]})
 
 
 # ---- activation constraints inside compiled graphs (and eager) --------------------------------
