@@ -149,6 +149,10 @@ def synchronize(device=None) -> None:
 
 _initial_seed = runtime.STATE.rng_seed
 
+_eager_only = torch.compiler.disable
+"""For the RNG state functions: a compiled function calling them runs them eagerly (a graph break), as
+Dynamo does for CUDA's; tracing them would reach numpy's uint64 packing, which Dynamo cannot trace."""
+
 
 def manual_seed(seed: int) -> None:
     """Seed the tpu random stream (one stream serves every device)."""
@@ -177,20 +181,24 @@ def initial_seed() -> int:
     return _initial_seed
 
 
+@_eager_only
 def get_rng_state(device="tpu") -> torch.Tensor:
     """The tpu random stream's state (a CPU uint8 tensor)."""
     return rng.get_state()
 
 
+@_eager_only
 def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
     """Restore a state from get_rng_state."""
     rng.set_state(new_state)
 
 
+@_eager_only
 def get_rng_state_all() -> list[torch.Tensor]:
     return [rng.get_state()]
 
 
+@_eager_only
 def set_rng_state_all(states) -> None:
     rng.set_state(states[0])
 
