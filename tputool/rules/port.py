@@ -8,7 +8,7 @@ Codes are stable: a published code never changes meaning. Rewriting machinery: t
 
 from __future__ import annotations
 
-from tputool.codemods.model import FixSafety, Rule, RuleClass, Severity
+from tputool.rules.model import FixSafety, Rule, RuleClass, Severity
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 SAFE, UNSAFE, NOFIX = FixSafety.SAFE, FixSafety.UNSAFE, FixSafety.NONE
@@ -470,4 +470,4 @@ units. Prefer 128/256 multiples where the model allows.""",
 RULES: dict[str, Rule] = {r.code: r for r in _RULE_LIST}
 
 # ---- non-Python file rules (engine) ----
-# TPU9xx rules live in tputool/codemods/text_rules.py and are merged by tputool/codemods/registry.py.
+# TPU9xx rules live in tputool/rules/text.py, diagnose's TPU8xx in tputool/rules/runtime.py; tputool/rules/catalogue.py merges them.
