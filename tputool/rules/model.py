@@ -47,6 +47,8 @@ class Rule:
     rule_class: RuleClass
     doc: str  # several lines: what it finds, why, the fix, an example
     patterns: tuple[int, ...] = ()  # row numbers in cuda-patterns.md
+    before: str | None = None  # the doc's example input (port rules), run through `port` by the tests
+    after: str | None = None  # what `port` makes of `before` (None: the rule only reports)
 
 
 @dataclass

@@ -24,7 +24,7 @@ def _rule(code: str, name: str, sev: Severity, fix: FixSafety, cls: RuleClass, p
                 NOFIX: "Fix: none automatic; the finding says what to change."}[fix]
     doc = f"{what.strip()}\n{fix_line}\n{example}"
     return Rule(code=code, name=name, message=message, severity=sev, fix=fix, rule_class=cls, doc=doc,
-                patterns=patterns)
+                patterns=patterns, before=before, after=after)
 
 
 _RULE_LIST: list[Rule] = [
