@@ -2,7 +2,7 @@
 
 Code ranges: TPU1xx device placement, TPU2xx the torch.cuda API, TPU3xx amp and precision,
 TPU4xx backends / distributed / compile, TPU5xx kernels, extensions and third-party CUDA libraries,
-TPU6xx performance lints, TPU9xx non-Python files (the engine's table, merged by registry.py).
+TPU6xx performance lints, TPU9xx non-Python files (tputool/rules/text.py, merged by catalogue.py).
 Codes are stable: a published code never changes meaning. Rewriting machinery: tputool/codemods/python/.
 """
 
