@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tputool.codemods import registry
+from tputool.rules import catalogue as registry
 
 
 @pytest.fixture

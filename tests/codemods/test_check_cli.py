@@ -51,7 +51,7 @@ def test_json_format(repo):
 
 
 def test_sarif_format(repo):
-    from tputool.codemods.registry import all_rules
+    from tputool.rules.catalogue import all_rules
 
     res = invoke("check", str(repo), "--format", "sarif")
     log = json.loads(res.stdout)

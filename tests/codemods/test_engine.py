@@ -80,7 +80,7 @@ def test_a_crashing_rule_is_reported_not_fatal(tmp_path, monkeypatch):
 def test_progress_bar_only_on_a_tty_with_many_files(monkeypatch, capsys):
     import sys
 
-    from tputool.codemods.commands import _Progress
+    from tputool.cli.port import _Progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
     quiet = _Progress(True)

@@ -137,7 +137,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
 
 
 def test_rules_lists_every_rule_and_prints_docs():
-    from tputool.codemods.registry import all_rules
+    from tputool.rules.catalogue import all_rules
 
     res = invoke("rules")
     assert res.exit_code == 0
@@ -149,7 +149,7 @@ def test_rules_lists_every_rule_and_prints_docs():
 
 
 def test_rules_also_lists_diagnose_rules():
-    from tputool.codemods.registry import listed_rules
+    from tputool.rules.catalogue import listed_rules
 
     diag = [code for code, (_, cmd) in listed_rules().items() if cmd == "diagnose"]
     assert diag, "diagnose's TPU8xx rules are missing from `tputool rules`"
@@ -176,7 +176,7 @@ def test_output_survives_an_ascii_only_stdout(monkeypatch):
     import io
     import sys
 
-    from tputool.codemods.commands import _write
+    from tputool.cli.port import _write
 
     buf = io.BytesIO()
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(buf, encoding="ascii"))

@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from tputool.codemods.model import Settings
 from tputool.codemods.python import port_python
+from tputool.rules.model import Settings
 
 
 def port(src: str, **kw) -> tuple[str, list]:

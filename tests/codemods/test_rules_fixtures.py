@@ -6,9 +6,9 @@ import libcst as cst
 import pytest
 
 from tests.codemods.rules_fixtures import load_fixtures
-from tputool.codemods.model import FixSafety, Settings
 from tputool.codemods.python import PYTHON_TRIGGERS, port_python
-from tputool.codemods.rules_table import RULES
+from tputool.rules.model import FixSafety, Settings
+from tputool.rules.port import RULES
 
 FIXTURES = load_fixtures()
 IDS = [f.name for f in FIXTURES]

@@ -6,8 +6,8 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tputool.codemods.model import Settings
 from tputool.codemods.python import port_python
+from tputool.rules.model import Settings
 
 IMPORTS = [
     "import torch", "import torch as th", "from torch import cuda", "import torch.cuda as tc",

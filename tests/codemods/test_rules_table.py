@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from tests.codemods.rules_fixtures import load_fixtures
-from tputool.codemods.model import FixSafety, RuleClass
-from tputool.codemods.rules_table import RULES
+from tputool.rules.model import FixSafety, RuleClass
+from tputool.rules.port import RULES
 
 FIXTURES = load_fixtures()
 

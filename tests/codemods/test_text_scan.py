@@ -6,9 +6,9 @@ import pytest
 
 from tests.codemods.helpers import invoke, write
 from tputool.codemods.discover import classify
-from tputool.codemods.model import Settings
-from tputool.codemods.text_rules import TEXT_PATTERNS, TEXT_RULES
 from tputool.codemods.text_scan import scan_text
+from tputool.rules.model import Settings
+from tputool.rules.text import TEXT_PATTERNS, TEXT_RULES
 
 
 def codes(text: str, *kinds: str, settings: Settings | None = None) -> list[tuple[int, str]]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tputool.codemods.model import Severity
 from tputool.diagnose.analyze import classify_recompile, findings_from_record
 from tputool.diagnose.model import Report
 from tputool.diagnose.record import RunRecord
 from tputool.diagnose.report import verdict
+from tputool.rules.model import Severity
 
 
 def _rec(**kw):

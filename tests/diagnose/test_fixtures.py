@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.diagnose.conftest import FIXTURES, expected, tpu_works
-from tputool.codemods.model import Severity
 from tputool.diagnose import diagnose
+from tputool.rules.model import Severity
 
 _COMPILED = pytest.mark.needs_compile
 PROBLEM_FIXTURES = ["host_sync.py", "float64.py", pytest.param("graph_break.py", marks=_COMPILED),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tputool.diagnose.rules import BY_CODE, FIX, RULES
+from tputool.rules.runtime import BY_CODE, FIX, RULES
 
 
 def test_table_is_complete_and_unique():
@@ -17,7 +17,7 @@ def test_table_is_complete_and_unique():
 
 
 def test_shared_codes_match_check_and_runtime_codes_are_free():
-    from tputool.codemods.registry import all_rules
+    from tputool.rules.catalogue import all_rules
 
     check = all_rules()
     for r in RULES:

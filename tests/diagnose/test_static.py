@@ -9,18 +9,18 @@ import types
 import pytest
 
 from tests.diagnose.conftest import FIXTURES
-from tputool.codemods import registry
-from tputool.codemods.model import Finding as CheckFinding
-from tputool.codemods.model import Severity
 from tputool.diagnose import diagnose
 from tputool.diagnose.model import Finding
 from tputool.diagnose.static import merge
+from tputool.rules import catalogue as registry
+from tputool.rules.model import Finding as CheckFinding
+from tputool.rules.model import Severity
 
 
 @pytest.fixture
 def stand_in_rules(monkeypatch):
     """A one-rule Python porter (flags `.item()` as TPU601, row 76) in place of check's real rules."""
-    importlib.import_module("tputool.codemods.rules_table")
+    importlib.import_module("tputool.rules.port")
     mod = types.ModuleType("tputool.codemods.python")
 
     def port_python(source, path, settings):

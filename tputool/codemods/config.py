@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tputool.codemods.discover import glob_match
-from tputool.codemods.model import Settings, Severity
 from tputool.errors import UserError
+from tputool.rules.model import Settings, Severity
 
 _KEYS = ("select", "ignore", "per-file-ignores", "exclude", "unsafe-fixes", "fail-on")
 _CODE_PREFIX = re.compile(r"^TPU\d{0,3}$")

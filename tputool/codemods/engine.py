@@ -23,10 +23,10 @@ from pathlib import Path
 
 from tputool.codemods.config import ProjectConfig
 from tputool.codemods.discover import SourceFile, discover
-from tputool.codemods.model import Finding, Settings
-from tputool.codemods.text_rules import TEXT_RULES
 from tputool.codemods.text_scan import scan_text
 from tputool.codemods.textio import decode_python, decode_text, encode
+from tputool.rules.model import Finding, Settings
+from tputool.rules.text import TEXT_RULES
 
 # Below this many bytes of Python that must go through the rewriter, a process pool costs more than it
 # saves. Measured on the 2-core dev box: a fork pool of 2 starts and stops in 10-17 ms, while
@@ -243,7 +243,7 @@ Job = tuple[SourceFile, bytes, Settings]
 def _read_and_prefilter(files: list[SourceFile], cfg: ProjectConfig, want_diff: bool,
                         done: Callable[[FileResult], None]) -> list[Job]:
     """Read every file; finish the cheap ones (text files, pre-filtered Python) and return the rest."""
-    from tputool.codemods.registry import python_codes
+    from tputool.rules.catalogue import python_codes
 
     _, triggers, _ = python_backend() if any(f.is_python for f in files) else (None, (), None)
     py_codes = python_codes()

@@ -8,8 +8,8 @@ from typing import Any
 
 from tputool import __version__
 from tputool.codemods.engine import CHANGED, ERROR, PREFILTERED, UNPARSABLE, RunResult
-from tputool.codemods.model import Finding, Rule, Severity
-from tputool.codemods.registry import all_rules
+from tputool.rules.catalogue import all_rules
+from tputool.rules.model import Finding, Rule, Severity
 
 _SEVERITIES = (Severity.ERROR, Severity.WARNING, Severity.INFO)
 _CLASSES = ("AUTO", "AUTO+N", "REVIEW", "BLOCKER")

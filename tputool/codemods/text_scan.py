@@ -1,26 +1,15 @@
-"""Apply the TPU9xx line-oriented patterns (`text_rules.TEXT_PATTERNS`) to one non-Python file."""
+"""Apply the TPU9xx line-oriented patterns (`tputool.rules.text.TEXT_PATTERNS`) to one non-Python file."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
-from tputool.codemods.model import Finding, Settings, is_suppressed
-from tputool.codemods.text_rules import TEXT_PATTERNS, TEXT_RULES, TextPattern
+from tputool.rules.model import Finding, Settings, is_suppressed, suppressed_codes
+from tputool.rules.text import TEXT_PATTERNS, TEXT_RULES, TextPattern
 
-# `# tputool: ignore[...]` as in Python, and `// tputool: ignore[...]` for JSON-with-comments and CUDA.
-_SUPPRESS = re.compile(r"(?:#|//)\s*tputool:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 # Full-line comments are skipped, except scheduler directives that are live options.
 _DIRECTIVES = ("#SBATCH", "#PBS", "#BSUB", "#$")
-
-
-def _suppressed(line: str) -> frozenset[str] | None:
-    m = _SUPPRESS.search(line)
-    if not m:
-        return None
-    if not m.group(1):
-        return frozenset({"*"})
-    return frozenset(c.strip().upper() for c in m.group(1).split(",") if c.strip())
 
 
 def _indent(line: str) -> int:
@@ -65,7 +54,7 @@ def scan_text(text: str, path: str, kinds: frozenset[str], settings: Settings) -
         head = line.lstrip()
         if head.startswith("//") or (head.startswith("#") and not head.startswith(_DIRECTIVES)):
             continue
-        sup = _suppressed(line) if "tputool" in line else None
+        sup = suppressed_codes(line, non_python=True) if "tputool" in line else None
         for k, p in enumerate(pats):
             if k in done or (i + 1, p.code) in found:
                 continue
@@ -90,7 +79,7 @@ def scan_text(text: str, path: str, kinds: frozenset[str], settings: Settings) -
     for k, p in enumerate(pats):
         if p.always and k not in done:
             first = lines[0] if lines else ""
-            if not is_suppressed(p.code, _suppressed(first)):
+            if not is_suppressed(p.code, suppressed_codes(first, non_python=True)):
                 rule = TEXT_RULES[p.code]
                 found[(1, p.code)] = Finding(path=path, line=1, col=1, code=p.code, message=_message(p, None, 0),
                                              severity=rule.severity)

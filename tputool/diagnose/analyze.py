@@ -6,10 +6,11 @@ import math
 import os
 import re
 
-from tputool.codemods.model import Severity
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
-from tputool.diagnose.rules import BY_CODE, DIM_MULTIPLE, FIX, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
+from tputool.diagnose.rules import DIM_MULTIPLE, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
+from tputool.rules.model import Severity
+from tputool.rules.runtime import BY_CODE, FIX
 
 RECOMPILE_CLASSES = tuple((re.compile(p), klass, fix) for p, klass, fix in RECOMPILE_HINTS)
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")

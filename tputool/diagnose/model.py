@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tputool.codemods.model import Severity
+from tputool.rules.model import Severity
 
 
 @dataclass

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import os
 
-from tputool.codemods.model import Severity
 from tputool.diagnose.model import Finding, Report
-from tputool.diagnose.rules import BY_CODE
+from tputool.rules.model import Severity
+from tputool.rules.runtime import BY_CODE
 
 SCHEMA = "tputool.diagnose/1"
 _HEADINGS = {Severity.ERROR: "ERRORS", Severity.WARNING: "WARNINGS", Severity.INFO: "NOTES"}

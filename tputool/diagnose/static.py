@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tputool.diagnose.model import Finding
-from tputool.diagnose.rules import BY_CODE, FIX
+from tputool.rules.runtime import BY_CODE, FIX
 
 
 def _fix_text(code: str, rule_doc: str, fixable: bool, path: str) -> str:
@@ -23,7 +23,7 @@ def static_findings(script: str) -> list[Finding]:
     """Run check's rules (with the project's [tool.tputool] config) over `script`; no execution."""
     from tputool.codemods import engine
     from tputool.codemods.config import load_config
-    from tputool.codemods.registry import all_rules
+    from tputool.rules.catalogue import all_rules
 
     rules = all_rules()
     cfg = load_config([script], None, rules.keys())

@@ -22,13 +22,3 @@ def profile_script(script: str | Path, args: list[str], outdir: str | Path) -> T
         run_as_main(path, args)
     prof.export_chrome_trace(str(out / "torch_trace.json"))
     return read_trace(out)
-
-
-def __getattr__(name: str):
-    """Compatibility: `tputool/cli.py` still imports `profile_model` from here; delete once it imports
-    `tputool.tune.api.profile_model` (this lazy import is the last profile -> tune edge)."""
-    if name == "profile_model":
-        from tputool.tune.api import profile_model
-
-        return profile_model
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

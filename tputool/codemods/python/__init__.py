@@ -9,10 +9,10 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
-from tputool.codemods.model import Finding, Settings
 from tputool.codemods.python.cold_triggers import mask_triggers
 from tputool.codemods.python.imports_prune import prune_imports
 from tputool.codemods.python.tables import RELEVANT_ROOTS
+from tputool.rules.model import Finding, Settings
 
 # At least one of these byte strings appears in any file where a Python rule can fire; the engine skips
 # files holding none of them (tests/codemods/test_rules_fixtures.py checks every fixture input has one).

@@ -10,11 +10,11 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
-from tputool.codemods.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
 from tputool.codemods.python.names import ImportIndex, import_bindings, resolve
 from tputool.codemods.python.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
-from tputool.codemods.rules_table import RULES
+from tputool.rules.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
+from tputool.rules.port import RULES
 
 _EMPTY = cst.Module(body=[])
 _ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z][A-Za-z]*_\w+$")

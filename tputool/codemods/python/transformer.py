@@ -37,7 +37,7 @@ CALL_HANDLERS = (
 
 
 class _Rules(PortBase):
-    """Rewrites CUDA-specific code for TPU and records findings (see tputool/codemods/rules_table.py).
+    """Rewrites CUDA-specific code for TPU and records findings (see tputool/rules/port.py).
 
     Never instantiated itself: libcst caches metadata dependencies per class and a subclass would inherit
     its parent's cache, so the two concrete transformers below are siblings.

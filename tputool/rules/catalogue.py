@@ -1,18 +1,18 @@
-"""Every published rule in one place: the Python rewrite rules plus the TPU9xx non-Python rules."""
+"""The rule catalogue: every published code (port/check TPU1xx-9xx and diagnose's TPU8xx) by code."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from tputool.codemods.model import Rule
-from tputool.codemods.text_rules import TEXT_RULES
 from tputool.errors import UserError
+from tputool.rules.model import Rule
+from tputool.rules.text import TEXT_RULES
 
 
 @lru_cache(maxsize=1)
 def all_rules() -> dict[str, Rule]:
-    """All rules by code, sorted by code."""
-    from tputool.codemods.rules_table import RULES
+    """All port/check rules by code, sorted by code."""
+    from tputool.rules.port import RULES
 
     merged = {**RULES, **TEXT_RULES}
     return dict(sorted(merged.items()))
@@ -21,7 +21,7 @@ def all_rules() -> dict[str, Rule]:
 @lru_cache(maxsize=1)
 def python_codes() -> frozenset[str]:
     """Codes of the rules the Python rewriter can fire."""
-    from tputool.codemods.rules_table import RULES
+    from tputool.rules.port import RULES
 
     return frozenset(c for c in RULES if c not in TEXT_RULES)
 
@@ -29,11 +29,9 @@ def python_codes() -> frozenset[str]:
 @lru_cache(maxsize=1)
 def listed_rules() -> dict[str, tuple[Rule, str]]:
     """Every rule `tputool rules` shows, with the command that reports it (port/check or diagnose)."""
+    from tputool.rules.runtime import BY_CODE
+
     out = {code: (rule, "port/check") for code, rule in all_rules().items()}
-    try:
-        from tputool.diagnose.rules import BY_CODE
-    except ImportError:  # diagnose not installed in this build
-        BY_CODE = {}
     for code, rule in BY_CODE.items():
         out.setdefault(code, (rule, "diagnose"))
     return dict(sorted(out.items()))

@@ -1,4 +1,4 @@
-"""The `tputool port`, `tputool check` and `tputool rules` commands (registered on the app by cli.py).
+"""The `tputool port`, `tputool check` and `tputool rules` commands (registered on the app by tputool/cli/__init__.py).
 
 Heavy imports (libcst, the rule modules) happen inside the commands so `tputool --help` stays fast.
 """
@@ -42,7 +42,7 @@ def _codes(values: list[str] | None) -> list[str]:
 
 def _prepare(paths: list[str] | None, config: str | None, select: list[str] | None, ignore: list[str] | None):
     from tputool.codemods.config import check_codes, load_config
-    from tputool.codemods.registry import all_rules
+    from tputool.rules.catalogue import all_rules
 
     paths = paths or ["."]
     for p in paths:
@@ -245,7 +245,7 @@ def rules(
     from rich.console import Console
     from rich.table import Table
 
-    from tputool.codemods.registry import get_rule, listed_rules
+    from tputool.rules.catalogue import get_rule, listed_rules
 
     out = Console(highlight=False, soft_wrap=True)
     if code is not None:

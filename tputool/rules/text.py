@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tputool.codemods.model import FixSafety, Rule, RuleClass, Severity
+from tputool.rules.model import FixSafety, Rule, RuleClass, Severity
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 REVIEW, BLOCKER = RuleClass.REVIEW, RuleClass.BLOCKER

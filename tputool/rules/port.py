@@ -2,13 +2,13 @@
 
 Code ranges: TPU1xx device placement, TPU2xx the torch.cuda API, TPU3xx amp and precision,
 TPU4xx backends / distributed / compile, TPU5xx kernels, extensions and third-party CUDA libraries,
-TPU6xx performance lints, TPU9xx non-Python files (the engine's table, merged by registry.py).
+TPU6xx performance lints, TPU9xx non-Python files (tputool/rules/text.py, merged by catalogue.py).
 Codes are stable: a published code never changes meaning. Rewriting machinery: tputool/codemods/python/.
 """
 
 from __future__ import annotations
 
-from tputool.codemods.model import FixSafety, Rule, RuleClass, Severity
+from tputool.rules.model import FixSafety, Rule, RuleClass, Severity
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 SAFE, UNSAFE, NOFIX = FixSafety.SAFE, FixSafety.UNSAFE, FixSafety.NONE
@@ -24,7 +24,7 @@ def _rule(code: str, name: str, sev: Severity, fix: FixSafety, cls: RuleClass, p
                 NOFIX: "Fix: none automatic; the finding says what to change."}[fix]
     doc = f"{what.strip()}\n{fix_line}\n{example}"
     return Rule(code=code, name=name, message=message, severity=sev, fix=fix, rule_class=cls, doc=doc,
-                patterns=patterns)
+                patterns=patterns, before=before, after=after)
 
 
 _RULE_LIST: list[Rule] = [
@@ -470,4 +470,4 @@ units. Prefer 128/256 multiples where the model allows.""",
 RULES: dict[str, Rule] = {r.code: r for r in _RULE_LIST}
 
 # ---- non-Python file rules (engine) ----
-# TPU9xx rules live in tputool/codemods/text_rules.py and are merged by tputool/codemods/registry.py.
+# TPU9xx rules live in tputool/rules/text.py, diagnose's TPU8xx in tputool/rules/runtime.py; tputool/rules/catalogue.py merges them.

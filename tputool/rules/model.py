@@ -1,4 +1,4 @@
-"""The data every part of port/check shares: rules, findings, fix safety, severities and suppressions."""
+"""The data port/check and diagnose share: rules, findings, fix safety, severities and suppressions."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ class Rule:
     rule_class: RuleClass
     doc: str  # several lines: what it finds, why, the fix, an example
     patterns: tuple[int, ...] = ()  # row numbers in cuda-patterns.md
+    before: str | None = None  # the doc's example input (port rules), run through `port` by the tests
+    after: str | None = None  # what `port` makes of `before` (None: the rule only reports)
 
 
 @dataclass
@@ -79,21 +81,25 @@ class Settings:
         return self.select is None or any(code.startswith(p) for p in self.select)
 
 
+# `# tputool: ignore[...]` in Python; non-Python files (JSON-with-comments, CUDA) also take `// tputool: ignore[...]`.
 _SUPPRESS = re.compile(r"#\s*tputool:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+_SUPPRESS_TEXT = re.compile(r"(?:#|//)\s*tputool:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 
 
-def suppressed_codes(line_text: str) -> frozenset[str] | None:
+def suppressed_codes(line_text: str, *, non_python: bool = False) -> frozenset[str] | None:
     """Codes an inline `# tputool: ignore[TPU101,TPU2]` comment suppresses on this line.
 
     Returns None when the line has no suppression comment, and frozenset({"*"}) for a bare
-    `# tputool: ignore` (suppresses every rule on the line).
+    `# tputool: ignore` (suppresses every rule on the line). With `non_python` (the TPU9xx scanner's files)
+    `//` comments count too and codes are upper-cased.
     """
-    m = _SUPPRESS.search(line_text)
+    m = (_SUPPRESS_TEXT if non_python else _SUPPRESS).search(line_text)
     if not m:
         return None
     if not m.group(1):
         return frozenset({"*"})
-    return frozenset(c.strip() for c in m.group(1).split(",") if c.strip())
+    codes = (c.strip() for c in m.group(1).split(",") if c.strip())
+    return frozenset(c.upper() for c in codes) if non_python else frozenset(codes)
 
 
 def is_suppressed(code: str, codes: frozenset[str] | None) -> bool:

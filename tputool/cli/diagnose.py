@@ -1,0 +1,53 @@
+"""The `tputool diagnose` command: runs a script on the tpu backend and prints tputool.diagnose's report."""
+
+from __future__ import annotations
+
+import typer
+
+from tputool.errors import UserError
+
+
+def diagnose(
+    ctx: typer.Context,
+    script: str = typer.Argument(..., help="The training script to run (arguments for it go after `--`)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Stop the script after this many seconds."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop cleanly after N optimizer steps."),
+    static: bool = typer.Option(False, "--static", help="Only the static analysis; do not run the script."),
+    no_static: bool = typer.Option(False, "--no-static", help="Skip the static analysis of the script."),
+    fmt: str = typer.Option("text", "--format", help="text or json (schema tputool.diagnose/1)."),
+    fail_on: str | None = typer.Option(None, "--fail-on", help="Also exit 1 on findings of this severity "
+                                       "or worse: info, warning, error."),
+) -> None:
+    """Run SCRIPT on the tpu backend and report what slows it: graph breaks, recompiles, host syncs, ..."""
+    from tputool.diagnose import diagnose as run_diagnose
+    from tputool.diagnose.report import render_text, to_json
+    from tputool.rules.model import Severity
+
+    if fmt not in ("text", "json"):
+        raise UserError(f"--format must be text or json, not {fmt!r}")
+    threshold = None
+    if fail_on is not None:
+        names = {str(s): s for s in Severity}
+        if fail_on.lower() not in names:
+            raise UserError(f"--fail-on must be one of {', '.join(names)}, not {fail_on!r}")
+        threshold = names[fail_on.lower()]
+    args = list(ctx.args)
+    if args and args[0] == "--":
+        args = args[1:]
+    report = run_diagnose(script, args, timeout_s=timeout, max_steps=max_steps, static_only=static,
+                          include_static=not no_static, script_output_to_stderr=fmt == "json")
+    if fmt == "json":
+        typer.echo(to_json(report))
+    else:
+        from rich.console import Console
+
+        render_text(report, Console(highlight=False, soft_wrap=True))
+    if report.script_failed:
+        raise typer.Exit(1)
+    if threshold is not None and any(f.severity >= threshold for f in report.findings):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tputool diagnose` to the tputool app."""
+    app.command("diagnose", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(diagnose)

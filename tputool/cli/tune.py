@@ -1,0 +1,60 @@
+"""The `tputool tune` command: searches configurations with tputool.tune and writes the winner."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+
+def tune_cmd(
+    model: str = typer.Option("llama", "--model", help="Built-in model name or path/to/module.py:build_fn."),
+    target: str = typer.Option(None, "--target", help="Predict for a TPU slice (v5e-256, v6e-8, v7x-128, v5e:2x4) "
+                               "instead of measuring here."),
+    out: str = typer.Option("tputool-tune.yaml", "--out", help="Where to write the winning configuration."),
+    cpu_devices: int = typer.Option(None, "--cpu-devices", help="Measure on N simulated CPU devices."),
+    fraction: float = typer.Option(1 / 3, "--fraction", help="Largest share of candidates to run (measured mode)."),
+    batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes per data shard to try."),
+    remat: str = typer.Option("none,save-dots,full", "--remat", help="Remat policies to try."),
+    attention: str = typer.Option("plain,chunked:16", "--attention", help="Attention implementations to try."),
+    precision: str = typer.Option("bf16,fp32", "--precision", help="Compute precisions to try."),
+    max_tensor: int = typer.Option(None, "--max-tensor", help="Largest tensor-parallel axis to consider."),
+    mesh: str = typer.Option(None, "--mesh", help="Only these meshes, e.g. d8f1t1,d2f4t1 (default: all)."),
+    hbm_gb: float = typer.Option(None, "--hbm-gb", help="Memory per device for measured mode (GB)."),
+    steps: int = typer.Option(3, "--steps", help="Profiled steps per measured candidate."),
+    set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
+    limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
+) -> None:
+    """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
+    from tputool.profile.devices import host_only_jax, use_cpu_devices
+    from tputool.tune.cli_args import build_space, parse_overrides
+
+    space = build_space(batch, remat, attention, precision, max_tensor, mesh)
+    if target is None:
+        use_cpu_devices(cpu_devices)
+    else:
+        host_only_jax()
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from tputool.tune.api import tune_model
+    from tputool.tune.config import write_config
+    from tputool.tune.report import print_result
+
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("measuring" if target is None else "compiling for TPU", total=None)
+
+        def progress(row, i, n):
+            bar.update(task, total=n, completed=i, description=f"{row.candidate.key}: {row.status}")
+
+        result = tune_model(model, target=target, overrides=parse_overrides(set_), space=space, fraction=fraction,
+                            hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress)
+    print_result(result, console, limit)
+    if result.winner is not None:
+        console.print(f"wrote {write_config(result, out)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tputool tune` to the tputool app."""
+    app.command("tune")(tune_cmd)
