@@ -33,8 +33,6 @@ SLICE_SAMPLES, SWEEP_SAMPLES = 2, 1
 KNOWN_DISAGREEMENTS = {
     "index_put": "compiled raises Unsupported for a boolean-mask index (data-dependent positions) where eager "
                  "runs it through the CPU fallback",
-    "narrow": "compiled: with a tensor `start`, Dynamo traces into the backend's own Python kernels after the "
-              "graph break at .item() (tputool.backend is not on Dynamo's skip list) and fails",
     "nn.functional.scaled_dot_product_attention": "compiled: after the graph break at the OpInfo wrapper's RNG "
               "save, an eager op receives a JAX tracer leaked from the compiled graph (it raises; never a wrong value)",
 }

@@ -115,6 +115,25 @@ def test_graph_break_runs_eager_and_is_recorded(dev: str) -> None:
     assert events.total("graph_break") == 1
 
 
+def test_item_and_tensor_arguments_in_a_compiled_function_fall_back_to_eager(dev: str) -> None:
+    # A graph break at .item() (a data-dependent branch, narrow with a tensor start) runs the device's kernels
+    # as plain Python: Dynamo must not try to trace them (it used to, and failed on their first numpy call).
+    def branch(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if y.sum().item() > 0:
+            return y + 1
+        return y - 1
+
+    def narrow(x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        return torch.narrow(x, 0, start, 2)
+
+    x = torch.ones(3, device=dev)
+    torch.testing.assert_close(torch.compile(branch, backend="tpu")(x).cpu(), torch.full((3,), 3.0))
+    torch.testing.assert_close(torch.compile(narrow, backend="tpu")(torch.arange(5.0, device=dev),
+                                                                     torch.tensor(1, device=dev)).cpu(),
+                               torch.tensor([1.0, 2.0]))
+
+
 @torch._dynamo.config.patch(automatic_dynamic_local_pgo=False)  # no dynamic-shape memory across tests
 def test_shape_change_recompiles_with_its_guard_and_new_shapes_are_static(dev: str) -> None:
     f = torch.compile(lambda x: (x * 2).sum(0), backend="tpu")

@@ -136,7 +136,27 @@ def install() -> None:
     if not getattr(wrapper.__call__, "_tputool_routed", False):
         wrapper.__call__ = _route_inductor(wrapper.__call__)
     watch_dynamo_events()
+    _skip_runtime_modules()
     _patch_optimizer_capture()
     persistent_cache.enable()
     distributed.register()
     _installed = True
+
+
+RUNTIME_MODULES = (
+    "tputool.backend.dispatch", "tputool.backend.storage_kernels", "tputool.backend.tensor",
+    "tputool.backend.fallback", "tputool.backend.views", "tputool.backend.view_geometry", "tputool.backend.cache",
+    "tputool.backend.events", "tputool.backend.rng", "tputool.backend.runtime", "tputool.backend.op_plan",
+    "tputool.backend.fused", "tputool.backend.dtypes", "tputool.backend.lowerings",
+)
+"""The device's own kernels and their helpers: they run below the dispatcher, never as user code. Dynamo skips
+their frames as it skips numpy's: a compiled function that falls back to eager (e.g. at `.item()`) runs them
+as plain Python instead of trying to trace them (which failed on the first numpy call)."""
+
+
+def _skip_runtime_modules() -> None:
+    from torch._dynamo import trace_rules
+
+    add = getattr(trace_rules, "add", None)  # (torch's own hook for skipping a library's files)
+    for name in RUNTIME_MODULES if add is not None else ():
+        add(name)
