@@ -145,7 +145,7 @@ def test_slice_ops_agree(tpu_device, op):
 @pytest.mark.parametrize("op", _ops())
 def test_every_opinfo_agrees(tpu_device, op):
     # Over all of op_db (2026-12-04: 636 OpInfos), Fused matches Strict everywhere and compiled graphs return
-    # Strict's values wherever they compile; 171 OpInfos use an op a graph cannot lower (graphs have no CPU
+    # Strict's values wherever they compile; 165 OpInfos use an op a graph cannot lower (graphs have no CPU
     # fallback), so here compiled may raise, never differ.
     torch._dynamo.config.cache_size_limit = 64
     _run_opinfo(op, SWEEP_SAMPLES, compiled_may_raise=True)
