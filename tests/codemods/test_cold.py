@@ -11,9 +11,9 @@ import pytest
 
 from tests.codemods.rules_fixtures import load_fixtures
 from tputool.codemods.python import _MASK_TRIGGERS, _port, port_python
-from tputool.codemods.python.cold import MARKER, mask, split_lines
 from tputool.codemods.python.context import _scan_imports
-from tputool.codemods.python.names import build_index, top_imports
+from tputool.codemods.python.speed.cold import MARKER, mask, split_lines
+from tputool.codemods.python.speed.names import build_index, top_imports
 from tputool.codemods.python.tables import RELEVANT_ROOTS
 from tputool.rules.model import Settings
 

@@ -7,7 +7,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from tests.codemods.rules_fixtures import load_fixtures
-from tputool.codemods.python.positions import start_positions
+from tputool.codemods.python.speed.positions import start_positions
 
 TRICKY = [
     "x = (a +\n     b)  # c\n",

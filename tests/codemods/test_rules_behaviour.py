@@ -188,7 +188,7 @@ def test_shadowed_import_uses_scope_analysis() -> None:
 
 
 def test_import_index() -> None:
-    from tputool.codemods.python.names import build_index, resolve
+    from tputool.codemods.python.speed.names import build_index, resolve
 
     idx = build_index("import torch as th\nimport torch.nn.functional as F\nfrom torch.cuda.amp import autocast as ac\n"
                       "import os.path\n")
@@ -206,7 +206,7 @@ def test_import_index() -> None:
 def test_fixtures_agree_under_scope_analysis(monkeypatch) -> None:
     """Every fixture ports the same when names are resolved by libcst scope analysis instead of the index."""
     from tests.codemods.rules_fixtures import load_fixtures
-    from tputool.codemods.python import names
+    from tputool.codemods.python.speed import names
 
     fixtures = load_fixtures()
     fast = [port_python(fx.source, "f.py", Settings()) for fx in fixtures]
@@ -220,7 +220,7 @@ def test_fixtures_agree_under_scope_analysis(monkeypatch) -> None:
 
 
 def test_shadowing_other_packages_keeps_the_fast_index() -> None:
-    from tputool.codemods.python.names import build_index
+    from tputool.codemods.python.speed.names import build_index
     from tputool.codemods.python.tables import RELEVANT_ROOTS
 
     src = "try:\n    import numpy as np\nexcept ImportError:\n    np = None\nimport torch\n"

@@ -9,8 +9,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
-from tputool.codemods.python.cold_triggers import mask_triggers
-from tputool.codemods.python.imports_prune import prune_imports
+from tputool.codemods.python.speed.cold_triggers import mask_triggers
+from tputool.codemods.python.speed.imports_prune import prune_imports
 from tputool.codemods.python.tables import RELEVANT_ROOTS
 from tputool.rules.model import Finding, Settings
 
@@ -39,8 +39,8 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     libcst cannot parse; never raises on valid Python. Statements no rule can touch are hidden from
     libcst (see cold.py); the result is the same as porting the whole file, which is the fallback.
     """
-    from tputool.codemods.python.cold import mask
-    from tputool.codemods.python.names import build_index, parse_ast, top_imports
+    from tputool.codemods.python.speed.cold import mask
+    from tputool.codemods.python.speed.names import build_index, parse_ast, top_imports
 
     tree = parse_ast(source)
     index = build_index(source, RELEVANT_ROOTS, tree)

@@ -10,8 +10,8 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
-from tputool.codemods.python.names import ImportIndex, import_bindings, resolve
-from tputool.codemods.python.positions import start_positions
+from tputool.codemods.python.speed.names import ImportIndex, import_bindings, resolve
+from tputool.codemods.python.speed.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
 from tputool.rules.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
 from tputool.rules.port import RULES

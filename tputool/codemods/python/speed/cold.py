@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tputool.codemods.python.cold_triggers import MaskTriggers
+from tputool.codemods.python.speed.cold_triggers import MaskTriggers
 
 MARKER = "__portcold"
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
