@@ -158,14 +158,14 @@ def test_rules_also_lists_diagnose_rules():
     assert invoke("rules", diag[0]).exit_code == 0
 
 
-UNSAFE_SRC = 'import torch\n\n\ndef f(device):\n    if device == "cuda":\n        return torch.ones(2).cuda()\n'
+UNSAFE_SRC = 'import torch\n\n\ndef f(kind):\n    if kind == "cuda":\n        return torch.ones(2).cuda()\n'
 
 
 def test_unsafe_fixes_flag_and_config(tmp_path):
     write(tmp_path, "a.py", UNSAFE_SRC)
     safe = invoke("port", "-q", ".", cwd=tmp_path).stdout
     unsafe = invoke("port", "-q", "--unsafe-fixes", ".", cwd=tmp_path).stdout
-    assert '-    if device == "cuda":' not in safe and '+    if device == "tpu":' in unsafe
+    assert '-    if kind == "cuda":' not in safe and '+    if kind == "tpu":' in unsafe
     tagged = invoke("port", ".", cwd=tmp_path).stdout
     assert re.search(r"a\.py:5:\d+: TPU\d+ \[unsafe-fix\] ", tagged)
     write(tmp_path, "pyproject.toml", "[tool.tputool]\nunsafe-fixes = true\n")

@@ -78,8 +78,11 @@ manager (`with torch.device("cuda"):`) and with a conditional argument
     _rule("TPU109", "device-string-check", W, UNSAFE, REVIEW, (9,),
           "code compares a device to 'cuda'; after porting the device is 'tpu'",
           """String and type checks such as `device == 'cuda'`, `'cuda' in device`, `device.type == 'cuda'`,
-`device_type != 'cuda'`, `str(d).startswith('cuda')`. After the port the device is `tpu`, so the
-branch flips. The unsafe fix compares to 'tpu' instead; often the branch should be restructured.""",
+`device_type != 'cuda'`, `str(d).startswith('cuda')`, and maps keyed by device type (`{"cuda": "nccl", "cpu": "gloo"}`).
+After the port the device is `tpu`, so the branch flips. The port moves a device as a whole concept: where the
+compared value is a device (a name like `device`/`device_type`/`args.device`, `x.device.type`, `str(device)`, or a
+name assigned from one), the fix compares to 'tpu' and is applied by default (safe here); elsewhere
+(`kind == 'cuda'`) the same fix needs --unsafe-fixes and the finding says so.""",
           "if device.type == 'cuda': torch.cuda.synchronize()",
           "if device.type == 'tpu': torch.tpu.synchronize()"),
     _rule("TPU110", "bare-int-device", W, UNSAFE, REVIEW, (10,),
@@ -356,12 +359,14 @@ accelerator activity (PrivateUse1), or use `tputool profile`.""",
           """`torch.compile(model)` and `@torch.compile` get `backend="tpu"`; an explicit `backend="inductor"`
 becomes "tpu" (Inductor on TPU is refused).""",
           "model = torch.compile(model)", 'model = torch.compile(model, backend="tpu")'),
-    _rule("TPU416", "compile-mode-inductor", W, UNSAFE, REVIEW, (59,),
-          "Inductor-only compile mode/options or torch._inductor.config",
-          """`mode="reduce-overhead"` (CUDA graphs), `"max-autotune"`, `options={...}` and
-`torch._inductor.config.* = ...` tune Inductor, which does not run on TPU. The unsafe fix drops the
-`mode`/`options` arguments and the config assignments.""",
-          'torch.compile(model, mode="max-autotune")', "torch.compile(model)"),
+    _rule("TPU416", "compile-mode-inductor", INFO, SAFE, AUTO, (59,),
+          "Inductor-only compile options or torch._inductor.config: no effect on TPU, removed",
+          """`options={...}` of `torch.compile` and `torch._inductor.config.* = ...` tune Inductor, which does not run on
+TPU; the fix drops the `options` argument and the config assignments (the program computes the same).
+`mode="reduce-overhead"` / `"max-autotune"` stay: the tpu backend accepts torch.compile's modes (each
+compiles one XLA program per call).""",
+          'torch.compile(model, backend="tpu", options={"epilogue_fusion": False})',
+          'torch.compile(model, backend="tpu")'),
     _rule("TPU417", "jit-script", INFO, NOFIX, REVIEW, (60,),
           "TorchScript on TPU: verify, or prefer torch.compile",
           """`torch.jit.script` / `script_method` keep working as Python-level code, but TorchScript graphs are

@@ -81,14 +81,28 @@ PARTITIONER_ENV = "TPUTOOL_PARTITIONER"
 """How AOTAutograd splits forward and backward: 'min_cut' (default) or 'default'."""
 
 
+# torch.compile's modes tune Inductor (CUDA graphs, autotuning); the tpu graph is already one XLA program per
+# call, so each mode compiles the same program and keeps the program's meaning.
+COMPILE_MODES = frozenset({"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"})
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """Accept torch.compile's `mode` (a performance hint); refuse anything else with the reason."""
+    mode = options.pop("mode", None)
+    if mode is not None and mode not in COMPILE_MODES:
+        raise RuntimeError(f"Unrecognized mode={mode!r}, should be one of: {', '.join(sorted(COMPILE_MODES))}")
+    if options:
+        raise TypeError(f"backend 'tpu' takes no options, got {sorted(options)} (Inductor's options= do not "
+                        "apply to TPU graphs; remove them)")
+
+
 def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
     """The Dynamo backend "tpu": compile Dynamo's FX graph for the tpu device through AOTAutograd and JAX."""
     global _aot_backend
     from tputool.backend.graph.hooks import watch_dynamo_events
 
     watch_dynamo_events()
-    if options:
-        raise TypeError(f"backend 'tpu' takes no options, got {sorted(options)}")
+    _check_options(options)
     if _aot_backend is None:
         from functorch.compile import default_partition, min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd

@@ -137,6 +137,18 @@ def bf16_supported(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) ->
     return cst.Name("True")
 
 
+def and_true(t: PortBase, orig: cst.BooleanOperation, upd: cst.BooleanOperation) -> cst.BaseExpression:
+    """`torch.tpu.is_available() and True` (TPU204 made the right side True): keep the left side only."""
+    if not isinstance(upd.operator, cst.And):
+        return upd
+    for o_side, keep in ((orig.right, upd.left), (orig.left, upd.right)):
+        new_side = upd.right if o_side is orig.right else upd.left
+        if isinstance(new_side, cst.Name) and new_side.value == "True" and isinstance(o_side, cst.Call) \
+                and t.qname(o_side.func) == "torch.cuda.is_bf16_supported":
+            return keep.with_changes(lpar=upd.lpar, rpar=upd.rpar) if upd.lpar and hasattr(keep, "lpar") else keep
+    return upd
+
+
 def owned_elsewhere(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """Statement/with-owned calls used in another position: report them without a fix."""
     if q is None:

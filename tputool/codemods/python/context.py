@@ -43,6 +43,7 @@ class PortBase(cst.CSTTransformer):
         self._parents: dict[cst.CSTNode, cst.CSTNode] = {}  # original node -> original parent
         self._stack: list[cst.CSTNode] = []
         self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
+        self._device_names: frozenset[str] | None = None
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:
@@ -64,6 +65,15 @@ class PortBase(cst.CSTTransformer):
         if full.split(".")[0] == "torch" and not names:
             return full  # `torch` used without an import (snippets): still resolve
         return None
+
+    def device_names(self) -> frozenset[str]:
+        """Names this module assigns from a device value (see device_flow), computed once per file."""
+        names = self._device_names
+        if names is None:
+            from tputool.codemods.python.device_flow import assigned_device_names
+
+            names = self._device_names = assigned_device_names(self.wrapper.module)
+        return names
 
     def foreign(self, node: cst.CSTNode) -> bool:
         """True when an original receiver is a non-torch GPU/array module (numba.cuda, cupy, ...)."""
@@ -143,11 +153,12 @@ class PortBase(cst.CSTTransformer):
 
     # ---- findings ----
     def fire(self, code: str, node: cst.CSTNode, *, fixable: bool = True, message: str | None = None,
-             note: str | None = None) -> bool:
+             note: str | None = None, safe: bool | None = None) -> bool:
         """Report rule `code` at an original node; True when its rewrite should be applied.
 
         Nothing is reported (and False returned) when the rule is not selected or the line suppresses it.
-        `fixable=False` reports a finding whose rewrite does not apply at this place.
+        `fixable=False` reports a finding whose rewrite does not apply at this place. `safe` overrides the
+        rule's fix safety at this place (True: the handler proved the rewrite keeps the meaning here).
         """
         rule = RULES[code]
         if not self.settings.enabled(code):
@@ -162,8 +173,11 @@ class PortBase(cst.CSTTransformer):
                 self._decided[key] = False
                 return False
         has_fix = fixable and rule.fix is not FixSafety.NONE
-        apply = has_fix and (rule.fix is FixSafety.SAFE or self.settings.unsafe_fixes)
+        is_safe = rule.fix is FixSafety.SAFE if safe is None else safe
+        apply = has_fix and (is_safe or self.settings.unsafe_fixes)
         extra = {"rule": rule.name}
+        if safe and rule.fix is FixSafety.UNSAFE and has_fix:
+            extra["fix"] = "safe here"  # the handler proved this place safe (see fire's `safe`)
         if note:
             extra["note"] = note
         self.findings.append(Finding(path=self.path, line=line, col=col, code=code,

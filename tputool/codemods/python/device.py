@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tputool.codemods.python.context import PortBase, keyword_args
+from tputool.codemods.python.device_flow import is_device, keyed_by_device
 from tputool.codemods.python.strings import (
     is_cuda_device,
     literal,
@@ -196,7 +197,12 @@ def argparse_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> 
     changed = False
     for i, a in enumerate(args):
         kw = a.keyword.value if a.keyword is not None else None
-        if kw == "default":
+        if kw in ("default", "const"):
+            if literal(a.value) == "inductor" and any("compile" in f or "backend" in f for f in flags):
+                if t.fire("TPU415", t.at(orig, upd, i)):
+                    args[i] = a.with_changes(value=replace_prefix(a.value, "inductor", "tpu"))
+                    changed = True
+                continue
             if literal(a.value) == "nccl":
                 if t.fire("TPU406", t.at(orig, upd, i)):
                     args[i] = a.with_changes(value=replace_prefix(a.value, "nccl", "tpu"))
@@ -224,7 +230,8 @@ def startswith_check(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) 
     if not (isinstance(func, cst.Attribute) and func.attr.value in ("startswith", "endswith")) or not upd.args:
         return upd
     a = upd.args[0]
-    if literal(a.value) in ("cuda", "cuda:") and t.fire("TPU109", orig):
+    safe = is_device(orig.func.value, t.device_names()) or None
+    if literal(a.value) in ("cuda", "cuda:") and t.fire("TPU109", orig, safe=safe):
         return upd.with_changes(args=[a.with_changes(value=replace_prefix(a.value, "cuda", "tpu")),
                                       *upd.args[1:]])
     return upd
@@ -253,7 +260,8 @@ def is_cuda_attr(t: PortBase, orig: cst.Attribute, upd: cst.Attribute) -> cst.Ba
     return node
 
 
-def _availability_test(t: PortBase, test: cst.BaseExpression) -> bool:
+def availability_test(t: PortBase, test: cst.BaseExpression) -> bool:
+    """True when a condition calls torch.cuda.is_available() or device_count() (ported to torch.tpu's)."""
     import libcst.matchers as m
 
     for call in m.findall(test, m.Call()):
@@ -264,7 +272,7 @@ def _availability_test(t: PortBase, test: cst.BaseExpression) -> bool:
 
 def ifexp(t: PortBase, orig: cst.IfExp, upd: cst.IfExp) -> cst.BaseExpression:
     """TPU114: 'cuda' if torch.cuda.is_available() else 'cpu'."""
-    if not (is_cuda_device(upd.body) or is_cuda_device(upd.orelse)) or not _availability_test(t, orig.test):
+    if not (is_cuda_device(upd.body) or is_cuda_device(upd.orelse)) or not availability_test(t, orig.test):
         return upd
     if not t.fire("TPU114", orig):
         return upd
@@ -317,16 +325,61 @@ def param_default(t: PortBase, orig: cst.Param, upd: cst.Param) -> cst.Param:
 
 
 def dict_default(t: PortBase, orig: cst.Dict, upd: cst.Dict) -> cst.BaseExpression:
-    """TPU108: {"device": "cuda"} in a config dict."""
+    """TPU108: {"device": "cuda"} in a config dict; TPU109: a map keyed by device type gets a 'tpu' key."""
     elems = list(upd.elements)
     changed = False
+    keyed = keyed_by_device(orig)
     for i, e in enumerate(elems):
-        if isinstance(e, cst.DictElement) and DEVICE_NAME_RE.search(literal(e.key) or "-"):
+        if not isinstance(e, cst.DictElement):
+            continue
+        if keyed and literal(e.key) == "cuda":
+            if t.fire("TPU109", orig.elements[i], safe=True,
+                      message="a map keyed by device type: its 'cuda' entry becomes the 'tpu' entry"):
+                value = replace_prefix(e.value, "nccl", "tpu") if literal(e.value) == "nccl" else e.value
+                elems[i] = e.with_changes(key=replace_prefix(e.key, "cuda", "tpu"), value=value)
+                changed = True
+        elif DEVICE_NAME_RE.search(literal(e.key) or "-"):
             new = tpu_device_expr(e.value)
             if new is not None and t.fire("TPU108", orig.elements[i]):
                 elems[i] = e.with_changes(value=new)
                 changed = True
     return upd.with_changes(elements=elems) if changed else upd
+
+
+def lookup_default(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU108: a 'cuda' default of getattr(args, "device", ...), os.environ.get(..) / os.getenv(..), d.get("device", ..)."""
+    func = upd.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+    pos = {"getattr": 2, "get": 1, "getenv": 1, "setdefault": 1}.get(name or "")
+    if pos is None or len(upd.args) <= pos or any(a.keyword is not None or a.star for a in upd.args[:pos + 1]):
+        return upd
+    key = literal(upd.args[pos - 1].value)
+    env = q in ("os.environ.get", "os.getenv", "os.environ.setdefault")
+    if not env and not DEVICE_NAME_RE.search(key or "-"):
+        return upd
+    new = tpu_device_expr(upd.args[pos].value)
+    if new is None or not t.fire("TPU108", t.at(orig, upd, pos), note="check every place that reads this value"):
+        return upd
+    args = list(upd.args)
+    args[pos] = args[pos].with_changes(value=new)
+    return upd.with_changes(args=args)
+
+
+def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple, upd: cst.List | cst.Tuple) -> cst.BaseExpression:
+    """TPU108: 'cuda:N' strings (an explicit device index) as elements of a tuple or list, e.g. `("cuda:0",) + args`."""
+    parent = t.parent(orig)
+    if isinstance(parent, cst.ComparisonTarget | cst.Comparison) or (
+            isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "choices"):
+        return upd
+    elems = list(upd.elements)
+    hits = [j for j, e in enumerate(elems) if (literal(e.value) or "").startswith("cuda:") and is_cuda_device(e.value)]
+    if not hits:
+        return upd
+    if not t.fire("TPU108", orig.elements[hits[0]], note="check every place that reads this value"):
+        return upd
+    for j in hits:
+        elems[j] = elems[j].with_changes(value=replace_prefix(elems[j].value, "cuda", "tpu"))
+    return upd.with_changes(elements=elems)
 
 
 def _swap(node: cst.BaseExpression, word: str, new_word: str) -> cst.BaseExpression | None:
@@ -344,9 +397,20 @@ def _swap(node: cst.BaseExpression, word: str, new_word: str) -> cst.BaseExpress
     return None
 
 
+def _backend_like(node: cst.CSTNode) -> bool:
+    name = _last_name(node.func) if isinstance(node, cst.Call) else _last_name(node)
+    return name is not None and ("backend" in name.lower())
+
+
 def comparison(t: PortBase, orig: cst.Comparison, upd: cst.Comparison) -> cst.BaseExpression:
-    """TPU109 comparisons with 'cuda'; TPU407 comparisons with 'nccl'. Unsafe fix swaps the literal."""
-    for word, code, new_word in (("cuda", "TPU109", "tpu"), ("nccl", "TPU407", "tpu")):
+    """TPU109 comparisons with 'cuda'; TPU407 comparisons with 'nccl'.
+
+    The fix swaps the literal; it is safe where every other operand is a device (TPU109) or a backend name
+    (TPU407), since the port moves that value to 'tpu' too, and unsafe elsewhere.
+    """
+    operands = [orig.left, *(c.comparator for c in orig.comparisons)]
+    for word, code, new_word, like in (("cuda", "TPU109", "tpu", lambda n: is_device(n, t.device_names())),
+                                       ("nccl", "TPU407", "tpu", _backend_like)):
         hit = False
         left = upd.left
         comps = list(upd.comparisons)
@@ -358,7 +422,11 @@ def comparison(t: PortBase, orig: cst.Comparison, upd: cst.Comparison) -> cst.Ba
             n = _swap(c.comparator, word, new_word)
             hit = hit or n is not None
             new_comps.append(c.with_changes(comparator=n) if n is not None else c)
-        if hit and t.fire(code, orig):
+        if not hit:
+            continue
+        others = [o for o in operands if _swap(o, word, new_word) is None]
+        safe = bool(others) and all(like(o) for o in others)
+        if t.fire(code, orig, safe=safe or None):
             upd = upd.with_changes(left=new_left or left, comparisons=new_comps)
     return upd
 

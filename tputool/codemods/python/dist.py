@@ -5,12 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from tputool.codemods.python.context import PortBase, keyword_args
-from tputool.codemods.python.device import _commas
+from tputool.codemods.python.device import _commas, availability_test
 from tputool.codemods.python.strings import literal, replace_prefix
 from tputool.codemods.python.tables import (
     COMPILE_INDUCTOR_KWARGS,
     DDP_QNAMES,
-    INDUCTOR_MODES,
     INIT_PROCESS_GROUP,
     OPTIMIZER_NAMES,
 )
@@ -60,7 +59,7 @@ def ddp(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseEx
 
 
 def compile_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU415 torch.compile(...) gets backend="tpu"; TPU416 Inductor mode/options (unsafe: dropped)."""
+    """TPU415 torch.compile(...) gets backend="tpu"; TPU416 Inductor options= dropped (mode= stays)."""
     if q != "torch.compile" or any(a.star for a in upd.args):
         return upd
     args = list(upd.args)
@@ -73,8 +72,7 @@ def compile_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
             args = _commas(args)
     elif literal(args[b].value) == "inductor" and t.fire("TPU415", orig):
         args[b] = args[b].with_changes(value=replace_prefix(args[b].value, "inductor", "tpu"))
-    drop = [i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value in COMPILE_INDUCTOR_KWARGS
-            and (a.keyword.value == "options" or literal(a.value) in INDUCTOR_MODES)]
+    drop = [i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value in COMPILE_INDUCTOR_KWARGS]
     if drop and t.fire("TPU416", orig):
         args = _commas([a for i, a in enumerate(args) if i not in drop])
     return upd.with_changes(args=args)
@@ -126,7 +124,9 @@ def backend_assign(t: PortBase, orig: cst.Assign, upd: cst.Assign) -> cst.BaseSm
         return upd
     new = _nccl_to_tpu(upd.value)
     code = "TPU406" if isinstance(upd.value, cst.SimpleString) else "TPU407"
-    if new is None or not t.fire(code, orig):
+    # `"nccl" if torch.cuda.is_available() else "gloo"` moves with the availability test (TPU201): safe.
+    safe = True if isinstance(orig.value, cst.IfExp) and availability_test(t, orig.value.test) else None
+    if new is None or not t.fire(code, orig, safe=safe):
         return upd
     return upd.with_changes(value=new)
 

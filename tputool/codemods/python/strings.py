@@ -66,9 +66,10 @@ def tpu_dynamic_string(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """A dynamically built 'cuda:<n>' string rewritten to 'tpu:<n>', or None."""
     if isinstance(node, cst.FormattedString) and node.parts:
         first = node.parts[0]
-        if isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:") \
-                and "b" not in node.prefix.lower():
-            new_first = first.with_changes(value="tpu:" + first.value[len("cuda:"):])
+        text = first.value if isinstance(first, cst.FormattedStringText) else ""
+        whole = text == "cuda" and len(node.parts) == 1  # f"cuda": an f-string with no field
+        if (text.startswith("cuda:") or whole) and "b" not in node.prefix.lower():
+            new_first = first.with_changes(value="tpu" + first.value[len("cuda"):])
             return node.with_changes(parts=[new_first, *node.parts[1:]])
         return None
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo | cst.Add):

@@ -217,8 +217,7 @@ DDP_QNAMES = frozenset({"torch.nn.parallel.DistributedDataParallel",
                         "torch.nn.parallel.distributed.DistributedDataParallel"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
                                 "torch.distributed.distributed_c10d.init_process_group"})
-COMPILE_INDUCTOR_KWARGS = ("mode", "options")
-INDUCTOR_MODES = frozenset({"reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"})
+COMPILE_INDUCTOR_KWARGS = ("options",)  # torch.compile's mode= stays: the tpu backend accepts it
 
 # Modules whose `.cuda`, `.half()`, `.item()` ... are not torch tensor methods.
 FOREIGN_MODULES = frozenset({"numba", "cupy", "pycuda", "cuda", "cudf", "nvidia", "tensorflow", "jax", "triton",

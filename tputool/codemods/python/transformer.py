@@ -18,6 +18,7 @@ CALL_HANDLERS = (
     device.torch_device,
     device.set_device_arg,
     device.device_kwargs,
+    device.lookup_default,
     device.argparse_call,
     device.startswith_check,
     amp.cuda_autocast,
@@ -86,6 +87,10 @@ class _Rules(PortBase):
         device.modulo_device_count(self, original_node, updated_node)
         return device.dynamic_string(self, original_node, updated_node)
 
+    def leave_BooleanOperation(self, original_node: cst.BooleanOperation, updated_node: cst.BooleanOperation
+                               ) -> cst.BaseExpression:
+        return api.and_true(self, original_node, updated_node)
+
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         return device.ifexp(self, original_node, updated_node)
 
@@ -105,6 +110,12 @@ class _Rules(PortBase):
 
     def leave_Param(self, original_node: cst.Param, updated_node: cst.Param) -> cst.Param:
         return device.param_default(self, original_node, updated_node)
+
+    def leave_Tuple(self, original_node: cst.Tuple, updated_node: cst.Tuple) -> cst.BaseExpression:
+        return device.sequence_devices(self, original_node, updated_node)
+
+    def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
+        return device.sequence_devices(self, original_node, updated_node)
 
     def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
         dist.ds_config(self, original_node)
