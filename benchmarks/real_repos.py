@@ -42,23 +42,38 @@ def _tputool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def residual_lines(path: Path) -> list[tuple[int, str]]:
-    """(line, token) for each CUDA use left in one Python file's code (comments and prose strings skipped)."""
+    """(line, token) for each CUDA use left in one Python file's code.
+
+    Comments and prose strings are not uses; neither are import statements (the names they bind are counted
+    where they are used) nor the name of a user's own `def cuda(self)` method.
+    """
     try:
         text = path.read_text(encoding="utf-8")
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (OSError, UnicodeDecodeError, tokenize.TokenError, SyntaxError):
         return []
     out = []
+    first = None  # the first name of the current logical line
+    prev = None
     for tok in tokens:
-        if tok.type == tokenize.NAME and _CUDA_NAME.match(tok.string):
+        if tok.type in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            if tok.type == tokenize.NEWLINE:
+                first = None
+            continue
+        if first is None and tok.type not in (tokenize.COMMENT,):
+            first = tok.string
+        is_import = first in ("import", "from")
+        if tok.type == tokenize.NAME and _CUDA_NAME.match(tok.string) and not is_import and prev != "def":
             out.append((tok.start[0], tok.string))
-        elif tok.type == tokenize.STRING:
+        elif tok.type == tokenize.STRING and not is_import:
             body = tok.string.lstrip("rRbBuU")
             if body[:1] in "fF":
                 body = body[1:]
             body = body.strip("'\"")
             if _CUDA_STRING.match(body) or body.startswith("cuda:{") or body.startswith("cuda:%"):
                 out.append((tok.start[0], tok.string))
+        if tok.type != tokenize.COMMENT:
+            prev = tok.string
     return out
 
 

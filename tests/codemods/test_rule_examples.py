@@ -7,7 +7,7 @@ import pytest
 
 from tputool.codemods.python import port_python
 from tputool.rules.catalogue import get_rule
-from tputool.rules.model import Settings
+from tputool.rules.model import FixSafety, Settings
 from tputool.rules.port import RULES
 
 REMOVED = "(statement removed)"  # the `after` of rules that delete the statement
@@ -31,7 +31,9 @@ def _complete(snippet: str) -> str:
 
 
 def _ported(code: str, prelude: str, alone: bool) -> str | None:
-    settings = Settings(select=frozenset({code}) if alone else None, unsafe_fixes=True)
+    # A safe rule's example is what the default port does; an unsafe rule's, what --unsafe-fixes does.
+    settings = Settings(select=frozenset({code}) if alone else None,
+                        unsafe_fixes=RULES[code].fix is not FixSafety.SAFE)
     try:
         return port_python(prelude + _complete(RULES[code].before), "example.py", settings)[0]
     except Exception:  # the snippet needs another prelude

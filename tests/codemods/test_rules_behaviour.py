@@ -35,15 +35,15 @@ def test_aliases_resolve(src: str, want: str) -> None:
 
 def test_import_kept_while_still_used() -> None:
     src = """
-    from torch.cuda.amp import GradScaler, autocast
-    scaler = GradScaler()
+    from torch.cuda.amp import autocast, common
+    ok = common.amp_definitely_not_available()
     with autocast():
         pass
     """
     out, findings = port(src)
-    assert "from torch.cuda.amp import GradScaler\n" in out
+    assert "from torch.cuda.amp import common\n" in out
     assert 'torch.autocast("tpu"' in out and "\nimport torch\n" in out
-    assert {f.code: f.fixed for f in findings} == {"TPU304": False, "TPU301": True}
+    assert {f.code: f.fixed for f in findings} == {"TPU219": False, "TPU301": True}
 
 
 def test_local_names_are_not_torch() -> None:
@@ -112,14 +112,23 @@ def test_settings_select_and_ignore() -> None:
 
 
 def test_unsafe_rules_report_but_do_not_rewrite_by_default() -> None:
-    src = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    src = "import torch\nx = y.half()\n"
     out, findings = port(src)
     assert out == src
     [f] = findings
-    assert (f.code, f.fixed, f.fixable) == ("TPU304", False, True)
+    assert (f.code, f.fixed, f.fixable) == ("TPU306", False, True)
     out, findings = port(src, unsafe_fixes=True)
-    assert out == 'import torch\nscaler = torch.amp.GradScaler("tpu", enabled=False)\n'
+    assert out == "import torch\nx = y.bfloat16()\n"
     assert findings[0].fixed
+
+
+def test_grad_scaler_moves_to_tpu_keeping_enabled_and_unsafe_disables_it() -> None:
+    src = "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))\n"
+    out, [f] = port(src)
+    assert out == "import torch\nscaler = torch.amp.GradScaler(\"tpu\", enabled=(dtype == 'float16'))\n"
+    assert f.fixed
+    out, _ = port(src, unsafe_fixes=True)
+    assert out == 'import torch\nscaler = torch.amp.GradScaler("tpu", enabled=False)\n'
 
 
 def test_auto_note_rules_carry_a_note() -> None:
@@ -235,9 +244,10 @@ def test_comments_inside_rewritten_calls_survive() -> None:
 
 
 def test_unused_imports_pruned_textually() -> None:
-    src = "from torch.cuda.amp import (\n    GradScaler,\n    autocast,\n)\ns = GradScaler()\nwith autocast():\n    pass\n"
+    src = ("from torch.cuda.amp import (\n    common,\n    autocast,\n)\ns = common.amp_definitely_not_available()\n"
+           "with autocast():\n    pass\n")
     out, _ = port(src)
-    assert out.startswith("from torch.cuda.amp import GradScaler\nimport torch\n")
+    assert out.startswith("from torch.cuda.amp import common\nimport torch\n")
     # a mention in a string keeps the import (conservative)
     out, _ = port('from torch.cuda.amp import autocast\nprint("autocast")\nwith autocast():\n    pass\n')
     assert out.startswith("from torch.cuda.amp import autocast\n")

@@ -241,13 +241,15 @@ float16).""",
           """An explicit `dtype=torch.float16` in autocast. float16 autocast may be unsupported or slow on TPU
 and needs loss scaling; bfloat16 does not. The unsafe fix switches to bfloat16.""",
           'with torch.autocast("tpu", dtype=torch.float16):', 'with torch.autocast("tpu", dtype=torch.bfloat16):'),
-    _rule("TPU304", "grad-scaler", W, UNSAFE, REVIEW, (33, 35),
-          "GradScaler is for float16 loss scaling; not needed with bfloat16",
-          """`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler("cuda")`. With bf16
-autocast no loss scaling is needed. The unsafe fix disables the scaler in place
-(`torch.amp.GradScaler("tpu", enabled=False)`), so `scaler.scale(loss).backward()`, `scaler.step(opt)`
+    _rule("TPU304", "grad-scaler", W, SAFE, AUTO_N, (33, 35),
+          "CUDA GradScaler; moved to tpu (with bfloat16 no loss scaling is needed)",
+          """`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler("cuda")`. The fix moves the
+scaler to tpu and keeps its arguments, `enabled=` included, so a script that scales only for float16
+(`enabled=(dtype == 'float16')`) still does. With bf16 autocast no loss scaling is needed: with --unsafe-fixes
+the scaler is also disabled in place (`enabled=False`), so `scaler.scale(loss).backward()`, `scaler.step(opt)`
 and `scaler.update()` keep working and do plain backward/step; remove those calls when convenient.""",
-          "scaler = torch.cuda.amp.GradScaler()", 'scaler = torch.amp.GradScaler("tpu", enabled=False)'),
+          "scaler = torch.cuda.amp.GradScaler(enabled=use_fp16)",
+          'scaler = torch.amp.GradScaler("tpu", enabled=use_fp16)'),
     _rule("TPU305", "amp-custom-fwd-bwd", W, SAFE, AUTO, (34,),
           'torch.cuda.amp.custom_fwd/custom_bwd; use torch.amp.custom_fwd(device_type="tpu")',
           """The deprecated CUDA-only decorators for custom autograd Functions, bare or called

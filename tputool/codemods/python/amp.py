@@ -96,7 +96,8 @@ def generic_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) 
 
 
 def grad_scaler(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU304: GradScaler; unsafe fix torch.amp.GradScaler("tpu", enabled=False)."""
+    """TPU304: a CUDA GradScaler moves to tpu, keeping its arguments (enabled= too); with --unsafe-fixes it is
+    also disabled (bfloat16 needs no loss scaling)."""
     if q not in GRAD_SCALERS:
         return upd
     args = list(upd.args)
@@ -108,15 +109,24 @@ def grad_scaler(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cs
                                                                   if _kw(args, "device") is not None else None)
         if dev is None or literal(dev.value) not in ("cuda", "tpu"):
             return upd  # a CPU scaler, or a device we cannot read
-    if not t.fire("TPU304", orig, note="then scaler.scale(loss).backward()/step()/update() do plain "
-                                       "backward/step; remove them when convenient"):
+        if literal(dev.value) == "tpu" and not t.settings.unsafe_fixes:
+            return upd  # already moved
+    disable = t.settings.unsafe_fixes
+    note = ("scaler disabled: bfloat16 needs no loss scaling; scale()/step()/update() now do plain backward/step"
+            if disable else "the scaler still scales the loss as before; with bfloat16 it is not needed "
+                            "(--unsafe-fixes disables it)")
+    if not t.fire("TPU304", orig, note=note):
         return upd
     t.replaced(orig.func)
-    keep = [a for a in args if a.keyword is not None and a.keyword.value not in ("enabled", "device")]
-    new_args = [cst.Arg(cst.SimpleString('"tpu"')), *keep,
-                cst.Arg(keyword=cst.Name("enabled"), value=cst.Name("False"),
-                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                              whitespace_after=cst.SimpleWhitespace("")))]
+    keep = [a for a in args if a.keyword is not None and a.keyword.value not in ("device",)
+            and not (disable and a.keyword.value == "enabled")]
+    if q in CUDA_GRAD_SCALERS:  # torch.cuda.amp.GradScaler(init_scale, growth_factor, ...): positionals kept
+        keep = [a for a in args if a.keyword is None] + keep
+    new_args = [cst.Arg(cst.SimpleString('"tpu"')), *keep]
+    if disable:
+        new_args.append(cst.Arg(keyword=cst.Name("enabled"), value=cst.Name("False"),
+                                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                      whitespace_after=cst.SimpleWhitespace(""))))
     return upd.with_changes(func=t.expr(t.torch("amp.GradScaler")), args=_commas(new_args))
 
 
@@ -157,7 +167,9 @@ def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None)
         return upd
     name = func.attr.value
     if name == "half" and not upd.args:
-        if t.fire("TPU306", orig):
+        from tputool.codemods.python.api import fp16_is_deliberate
+
+        if not fp16_is_deliberate(t, orig) and t.fire("TPU306", orig):
             return upd.with_changes(func=func.with_changes(attr=cst.Name("bfloat16")))
     elif name == "double" and not upd.args:
         t.fire("TPU307", orig)

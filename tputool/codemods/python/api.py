@@ -104,6 +104,8 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     # RENAME
     if q in FP16_QNAMES and _in_autocast_dtype(t, orig):
         return upd  # TPU303 owns the autocast dtype
+    if q in FP16_QNAMES and fp16_is_deliberate(t, orig):
+        return upd
     if not t.fire(ref.code, orig, message=ref.message, note=ref.note):
         return upd
     target = (ref.target or "") + q[len(key):]
@@ -127,6 +129,48 @@ def _torch_root(t: PortBase, orig: cst.BaseExpression) -> str | None:
     if isinstance(root, cst.Name) and root is not orig and t.qname(root) == "torch":
         return root.value
     return None
+
+
+_FP16_NAMES = frozenset({"float16", "fp16", "half", "f16"})
+
+
+def fp16_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True where float16 is data, not a choice the port should make for TPU: a dtype test (`dtype ==
+    torch.float16`, `in {torch.float16, torch.bfloat16}`), the float16 entry of a user's dtype table
+    (`{'float16': torch.float16}`), or code under a CPU/MPS-only branch. There TPU306 stays silent."""
+    from tputool.codemods.python.strings import literal
+
+    node, parent = orig, t.parent(orig)
+    while parent is not None and not isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
+        if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
+            return True
+        if isinstance(parent, cst.DictElement) and parent.value is node \
+                and (literal(parent.key) or "").lower() in _FP16_NAMES:
+            return True
+        if isinstance(parent, cst.Set | cst.List | cst.Tuple) and any(
+                (t.qname(e.value) or "").endswith(("bfloat16", "float32")) for e in parent.elements):
+            return True  # one of several dtypes the code accepts or tests for
+        node, parent = parent, t.parent(parent)
+    return _under_host_only_branch(t, orig)
+
+
+def _under_host_only_branch(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True inside the body of `if device == 'cpu'` / `if device.type in ('cpu', 'mps')` and similar."""
+    from tputool.codemods.python.strings import literal
+
+    node, parent = orig, t.parent(orig)
+    while parent is not None:
+        if isinstance(parent, cst.If) and parent.body is node and isinstance(parent.test, cst.Comparison):
+            comps = parent.test.comparisons
+            words = {literal(parent.test.left), *(literal(c.comparator) for c in comps)}
+            for c in comps:
+                if isinstance(c.comparator, cst.List | cst.Tuple | cst.Set):
+                    words |= {literal(e.value) for e in c.comparator.elements}
+            positive = all(isinstance(c.operator, cst.Equal | cst.In | cst.Is) for c in comps)
+            if positive and words & {"cpu", "mps"} and not words & {"cuda", "tpu"}:
+                return True
+        node, parent = parent, t.parent(parent)
+    return False
 
 
 def bf16_supported(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
