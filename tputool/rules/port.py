@@ -271,11 +271,12 @@ float64. Never downcast silently: keep the computation on CPU or choose float32 
           """`x.long().sort()`, `.topk()`, `.argsort()` on int64 tensors. Correct on TPU, but 64-bit integer
 work is emulated; prefer int32 keys where the range allows.""",
           "order = lengths.long().argsort()", None),
-    _rule("TPU309", "cuda-matmul-tf32", W, UNSAFE, REVIEW, (42,),
+    _rule("TPU309", "cuda-matmul-tf32", W, SAFE, AUTO, (42,),
           "torch.backends.cuda.matmul precision flag; use torch.set_float32_matmul_precision",
           """`torch.backends.cuda.matmul.allow_tf32 = True` (and the reduced-precision-reduction flags) set CUDA
-matmul precision. The unsafe fix uses the device-generic `torch.set_float32_matmul_precision("high")`
-(`"highest"` for False).""",
+matmul precision. `allow_tf32 = True/False` becomes the device-generic `torch.set_float32_matmul_precision("high")`
+(`"highest"` for False): PyTorch defines the two as the same setting, so the user's choice moves with the
+device. The reduced-precision-reduction flags are only reported.""",
           "torch.backends.cuda.matmul.allow_tf32 = True", 'torch.set_float32_matmul_precision("high")'),
     _rule("TPU310", "channels-last", INFO, NOFIX, REVIEW, (79,),
           "channels_last memory format is a GPU layout optimisation; verify on TPU",
@@ -326,10 +327,11 @@ The unsafe fix puts 'tpu' in place of the literal; check the logic still holds."
 `torch.backends.cudnn.version()`, `torch.backends.cudnn.is_available()` are False/None on TPU. Remove or
 guard them.""",
           "print(torch.version.cuda, torch.backends.cudnn.version())", None),
-    _rule("TPU409", "ddp-device-ids", W, UNSAFE, REVIEW, (48,),
-          "DDP device_ids/output_device name CUDA indices",
-          """`DistributedDataParallel(model, device_ids=[local_rank], output_device=local_rank)`: on TPU the module
-is already on its device; the unsafe fix omits both arguments.""",
+    _rule("TPU409", "ddp-device-ids", INFO, UNSAFE, REVIEW, (48,),
+          "DDP device_ids/output_device: on tpu they index tpu devices; keep them equal to the process's device",
+          """`DistributedDataParallel(model, device_ids=[local_rank], output_device=local_rank)` works on tpu (the indices
+name `tpu:<i>`, so they must match the device the module was moved to). The unsafe fix omits both arguments,
+since the module is already on its device.""",
           "model = DDP(model, device_ids=[local_rank], output_device=local_rank)", "model = DDP(model)"),
     _rule("TPU410", "data-parallel", E, NOFIX, BLOCKER, (49,),
           "nn.DataParallel is single-process multi-GPU; use DDP on TPU",
