@@ -177,7 +177,7 @@ def test_no_runtime_monkeypatching() -> None:
 
 
 def test_float64_is_never_downcast() -> None:
-    src = "import torch\nx = torch.zeros(3, dtype=torch.float64).double()\n"
+    src = "import torch\nx = torch.zeros(3, dtype=torch.float64).double().to(device)\n"
     out, findings = port(src, unsafe_fixes=True)
     assert out == src
     assert {f.code for f in findings} == {"TPU307"} and not any(f.fixed for f in findings)

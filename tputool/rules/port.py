@@ -85,10 +85,11 @@ name assigned from one), the fix compares to 'tpu' and is applied by default (sa
 (`kind == 'cuda'`) the same fix needs --unsafe-fixes and the finding says so.""",
           "if device.type == 'cuda': torch.cuda.synchronize()",
           "if device.type == 'tpu': torch.tpu.synchronize()"),
-    _rule("TPU110", "bare-int-device", W, UNSAFE, REVIEW, (10,),
-          "a bare integer is used as a device (means CUDA); use torch.device('tpu', i)",
+    _rule("TPU110", "bare-int-device", INFO, UNSAFE, REVIEW, (10,),
+          "a bare integer is used as a device; torch.device('tpu', i) says which device explicitly",
           """`.to(0)`, `.to(local_rank)`, `torch.device(0)`, `rank % torch.cuda.device_count()`: PyTorch reads a bare
-int as a CUDA index. The unsafe fix wraps literal ints and rank-like names in `torch.device("tpu", i)`.""",
+int as an index of the current accelerator, so on a TPU host it already means `tpu:<i>`; the finding is
+informational. The unsafe fix wraps literal ints and rank-like names in `torch.device("tpu", i)`.""",
           "model.to(local_rank)", 'model.to(torch.device("tpu", local_rank))'),
     _rule("TPU111", "is-cuda-attribute", W, SAFE, AUTO, (11,),
           '`.is_cuda` is False for TPU tensors; use `.device.type == "tpu"`',

@@ -172,7 +172,8 @@ def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None)
         if not fp16_is_deliberate(t, orig) and t.fire("TPU306", orig):
             return upd.with_changes(func=func.with_changes(attr=cst.Name("bfloat16")))
     elif name == "double" and not upd.args:
-        t.fire("TPU307", orig)
+        if t.uses_accelerator:
+            t.fire("TPU307", orig)
     elif name in INT64_SORTS:
         recv = orig.func.value
         if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value == "long":
@@ -197,5 +198,8 @@ def dtype_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
                     args[i] = a.with_changes(value=replace_prefix(a.value, v, FP16_STRINGS[v]))
                     changed = True
             elif v in FP64_STRINGS or t.qname(getattr(t.at(orig, upd, i), "value", orig)) in NUMPY_FP64:
-                t.fire("TPU307", t.at(orig, upd, i))
+                numpy_call = (q or "").startswith("numpy.") or (
+                    isinstance(orig.func, cst.Attribute) and orig.func.attr.value == "astype")
+                if t.uses_accelerator and not numpy_call:
+                    t.fire("TPU307", t.at(orig, upd, i))
     return upd.with_changes(args=args) if changed else upd

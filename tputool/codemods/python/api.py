@@ -21,6 +21,7 @@ from tputool.codemods.python.tables import (
     WITH_UNWRAP,
     Ref,
 )
+from tputool.rules.model import Severity
 
 
 def lookup(q: str) -> tuple[str, Ref] | None:
@@ -99,7 +100,10 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
             t.fire(ref.code, orig, fixable=False, message=ref.message)
         return upd
     if ref.kind == FIND:
-        t.fire(ref.code, orig, fixable=False, message=ref.message, note=ref.note)
+        if not _matters_here(t, ref.code):
+            return upd
+        severity, message = _guarded(t, orig) if ref.code == "TPU410" else (None, ref.message)
+        t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
         return upd
     # RENAME
     if q in FP16_QNAMES and _in_autocast_dtype(t, orig):
@@ -119,6 +123,31 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     if isinstance(upd, cst.Name | cst.Attribute) and (upd.lpar or upd.rpar) and hasattr(new, "lpar"):
         new = new.with_changes(lpar=upd.lpar, rpar=upd.rpar)
     return new
+
+
+def _matters_here(t: PortBase, code: str) -> bool:
+    """False where a finding says nothing to act on: a device ladder that already has its tpu branch (TPU419),
+    float64 in a file that never uses an accelerator (TPU307)."""
+    if code == "TPU419":
+        return not t.mentions_tpu
+    if code == "TPU307":
+        return t.uses_accelerator
+    return True
+
+
+def _guarded(t: PortBase, orig: cst.CSTNode) -> tuple[Severity | None, str | None]:
+    """DataParallel under `if n_gpu > 1:` (a branch for several local devices): a warning, not a blocker."""
+    import libcst.matchers as m
+
+    cur = t.parent(orig)
+    while cur is not None and not isinstance(cur, cst.FunctionDef | cst.Module):
+        if isinstance(cur, cst.If) and m.findall(cur.test, m.Comparison()):
+            text = t.code(cur.test).lower()
+            if "gpu" in text or "device_count" in text or "devices" in text:
+                return Severity.WARNING, ("nn.DataParallel under a several-devices branch: on a multi-chip TPU host "
+                                          "that branch runs; use DDP (one process per chip) or drop it")
+        cur = t.parent(cur)
+    return None, None
 
 
 def _torch_root(t: PortBase, orig: cst.BaseExpression) -> str | None:

@@ -13,7 +13,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNam
 from tputool.codemods.python.speed.names import ImportIndex, import_bindings, resolve
 from tputool.codemods.python.speed.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
-from tputool.rules.model import Finding, FixSafety, Settings, is_suppressed, suppressed_codes
+from tputool.rules.model import Finding, FixSafety, Settings, Severity, is_suppressed, suppressed_codes
 from tputool.rules.port import RULES
 
 _EMPTY = cst.Module(body=[])
@@ -44,6 +44,8 @@ class PortBase(cst.CSTTransformer):
         self._stack: list[cst.CSTNode] = []
         self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
         self._device_names: frozenset[str] | None = None
+        self._text: str | None = None
+        self.reported_once: set[str] = set()  # codes reported once per file (TPU603)
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:
@@ -65,6 +67,22 @@ class PortBase(cst.CSTTransformer):
         if full.split(".")[0] == "torch" and not names:
             return full  # `torch` used without an import (snippets): still resolve
         return None
+
+    @property
+    def mentions_tpu(self) -> bool:
+        """True when the file already names the tpu device (a ported file, or one written for both)."""
+        return self._text_has(("'tpu'", '"tpu"', "torch.tpu", "'tpu:", '"tpu:'))
+
+    @property
+    def uses_accelerator(self) -> bool:
+        """False for a CPU-only file: it names no accelerator and no device at all."""
+        return self._text_has(("cuda", "tpu", "device", "xla", "mps", "DataParallel"))
+
+    def _text_has(self, words: tuple[str, ...]) -> bool:
+        text = self._text
+        if text is None:
+            text = self._text = "\n".join(self.lines)
+        return any(w in text for w in words)
 
     def device_names(self) -> frozenset[str]:
         """Names this module assigns from a device value (see device_flow), computed once per file."""
@@ -153,12 +171,13 @@ class PortBase(cst.CSTTransformer):
 
     # ---- findings ----
     def fire(self, code: str, node: cst.CSTNode, *, fixable: bool = True, message: str | None = None,
-             note: str | None = None, safe: bool | None = None) -> bool:
+             note: str | None = None, safe: bool | None = None, severity: Severity | None = None) -> bool:
         """Report rule `code` at an original node; True when its rewrite should be applied.
 
         Nothing is reported (and False returned) when the rule is not selected or the line suppresses it.
         `fixable=False` reports a finding whose rewrite does not apply at this place. `safe` overrides the
-        rule's fix safety at this place (True: the handler proved the rewrite keeps the meaning here).
+        rule's fix safety at this place (True: the handler proved the rewrite keeps the meaning here);
+        `severity` lowers the rule's severity where the context makes the finding matter less.
         """
         rule = RULES[code]
         if not self.settings.enabled(code):
@@ -181,7 +200,7 @@ class PortBase(cst.CSTTransformer):
         if note:
             extra["note"] = note
         self.findings.append(Finding(path=self.path, line=line, col=col, code=code,
-                                     message=message or rule.message, severity=rule.severity,
+                                     message=message or rule.message, severity=severity or rule.severity,
                                      fixed=apply, fixable=has_fix, extra=extra))
         self._decided[key] = apply
         return apply

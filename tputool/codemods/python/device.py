@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tputool.codemods.python.context import PortBase, keyword_args
-from tputool.codemods.python.device_flow import is_device, keyed_by_device
+from tputool.codemods.python.device_flow import DEVICE_TYPES, is_device, keyed_by_device
 from tputool.codemods.python.strings import (
     is_cuda_device,
     literal,
@@ -191,7 +191,8 @@ def argparse_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> 
     if not (isinstance(func, cst.Attribute) and func.attr.value == "add_argument"):
         return upd
     flags = [literal(a.value) or "" for a in upd.args if a.keyword is None]
-    if any(f in ("--no-cuda", "--no_cuda", "--cuda", "--use-cuda", "--use_cuda") for f in flags):
+    if any(f in ("--no-cuda", "--no_cuda", "--cuda", "--use-cuda", "--use_cuda") for f in flags) \
+            and not t.mentions_tpu:
         t.fire("TPU419", orig)
     args = list(upd.args)
     changed = False
@@ -365,7 +366,7 @@ def lookup_default(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) ->
     return upd.with_changes(args=args)
 
 
-def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple, upd: cst.List | cst.Tuple) -> cst.BaseExpression:
+def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple | cst.Set, upd: cst.List | cst.Tuple | cst.Set) -> cst.BaseExpression:
     """TPU108: 'cuda:N' strings (an explicit device index) as elements of a tuple or list, e.g. `("cuda:0",) + args`."""
     parent = t.parent(orig)
     if isinstance(parent, cst.ComparisonTarget | cst.Comparison) or (
@@ -374,6 +375,10 @@ def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple, upd: cst.List | cs
     elems = list(upd.elements)
     hits = [j for j, e in enumerate(elems) if (literal(e.value) or "").startswith("cuda:") and is_cuda_device(e.value)]
     if not hits:
+        kinds = [literal(e.value) for e in elems]
+        if len(kinds) > 1 and "cuda" in kinds and "tpu" not in kinds and all(k in DEVICE_TYPES for k in kinds):
+            t.fire("TPU109", orig, fixable=False,
+                   message="a list of device types names 'cuda' but not 'tpu': add 'tpu' if what it lists holds on TPU")
         return upd
     if not t.fire("TPU108", orig.elements[hits[0]], note="check every place that reads this value"):
         return upd

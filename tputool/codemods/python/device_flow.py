@@ -2,7 +2,7 @@
 
 A comparison with 'cuda' (TPU109), a map keyed by device type or a `'cuda' if ... else 'cpu'` choice is rewritten
 safely only when the other side is known to be a device: a name or attribute named like one (`device`,
-`device_type`, `args.device`, `x.device.type`), `str(d)` / `d.type` of one, `torch.device(...)`, or a name
+`device_type`, `args.device`, `x.device.type`), `str(d)` of one, any `d.type` read as a value, `torch.device(...)`, or a name
 this module assigns from such a value (`dev = batch.device`). Anything else is left and reported.
 """
 
@@ -34,7 +34,7 @@ def is_device(node: cst.CSTNode, names: frozenset[str] = frozenset()) -> bool:
         attr = node.attr.value
         if DEVICE_NAME_RE.search(attr):
             return True
-        return attr == "type" and is_device(node.value, names)
+        return attr == "type"  # `d.type`: torch.device's type (a tensor's .type is a method, called)
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         key = node.slice[0].slice
         return isinstance(key, cst.Index) and DEVICE_NAME_RE.search(literal(key.value) or "-") is not None

@@ -8,6 +8,7 @@ from libcst.helpers import get_full_name_for_node
 from tputool.codemods.python.api import prefix_match
 from tputool.codemods.python.context import PortBase
 from tputool.codemods.python.tables import IMPORT_FINDINGS
+from tputool.rules.model import Severity
 
 
 def import_names(node: cst.Import | cst.ImportFrom) -> list[str]:
@@ -30,5 +31,30 @@ def import_findings(t: PortBase, node: cst.Import | cst.ImportFrom) -> None:
         code = prefix_match(name, IMPORT_FINDINGS)
         if code is not None and code not in codes:
             codes.append(code)
+    optional = _optional_import(t, node)
     for code in codes:
-        t.fire(code, node, fixable=False)
+        if optional:
+            t.fire(code, node, fixable=False, severity=Severity.INFO,
+                   message=f"optional import ({code}'s library): guarded by try/except ImportError, so the "
+                           "fallback path runs where the library is missing; check that it is the one TPU needs")
+        else:
+            t.fire(code, node, fixable=False)
+
+
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _optional_import(t: PortBase, node: cst.CSTNode) -> bool:
+    """True when the import sits in a `try:` body whose handlers catch ImportError (an optional dependency)."""
+    child, cur = node, t.parent(node)
+    while cur is not None and not isinstance(cur, cst.FunctionDef | cst.ClassDef):
+        if isinstance(cur, cst.Try) and child is cur.body:
+            for h in cur.handlers:
+                if h.type is None:
+                    return True
+                names = [h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements]
+                if any(get_full_name_for_node(n) in _IMPORT_ERRORS for n in names):
+                    return True
+            return False
+        child, cur = cur, t.parent(cur)
+    return False

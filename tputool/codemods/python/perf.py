@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
+import libcst.matchers as m
 
 from tputool.codemods.python.context import PortBase
 from tputool.codemods.python.tables import DIM_NAMES, DYNAMIC_SHAPE_FUNCS, GPU_MODEL_RE, HOST_SYNC_METHODS
@@ -24,6 +27,28 @@ def _in_loop(t: PortBase, node: cst.CSTNode) -> bool:
     return False
 
 
+_MODULE_NAME = re.compile(r"(model|module|net|ema|encoder|decoder|state_dict)", re.I)
+
+
+def _periodic(t: PortBase, node: cst.CSTNode) -> bool:
+    """True under `if step % N == 0:` (logging or checkpointing every N steps, not every iteration)."""
+    cur = t.parent(node)
+    while cur is not None and not isinstance(cur, cst.For | cst.While | cst.FunctionDef):
+        if isinstance(cur, cst.If) and m.findall(cur.test, m.BinaryOperation(operator=m.Modulo())):
+            return True
+        cur = t.parent(cur)
+    return False
+
+
+def _module_to_host(method: str, receiver: cst.BaseExpression) -> bool:
+    """`model.cpu()` / `model.state_dict()...`: a module moved for saving, not a tensor read every step."""
+    if method != "cpu":
+        return False
+    name = receiver.attr.value if isinstance(receiver, cst.Attribute) else (
+        receiver.value if isinstance(receiver, cst.Name) else "")
+    return bool(_MODULE_NAME.search(name))
+
+
 def call_lints(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """TPU601 .item()/.cpu()/.tolist()/.numpy() inside loops; TPU602 data-dependent-shape ops."""
     func = orig.func
@@ -32,7 +57,8 @@ def call_lints(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst
         if t.foreign(func.value):
             return upd
         if name in HOST_SYNC_METHODS and not orig.args and _in_loop(t, orig):
-            t.fire("TPU601", orig, message=f".{name}() inside a loop forces a host sync every iteration")
+            if t.uses_accelerator and not _periodic(t, orig) and not _module_to_host(name, func.value):
+                t.fire("TPU601", orig, message=f".{name}() inside a loop forces a host sync every iteration")
             return upd
     else:
         name = func.value if isinstance(func, cst.Name) else ""
@@ -50,8 +76,10 @@ def call_lints(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst
 def _dim(t: PortBase, at: cst.CSTNode, value: cst.BaseExpression) -> None:
     if isinstance(value, cst.Integer):
         v = int(value.evaluated_value)
-        if v >= 8 and v % 128:
-            t.fire("TPU603", at, message=f"size {v} is not a multiple of 128 (pads the TPU MXU)")
+        if v >= 8 and v % 128 and "TPU603" not in t.reported_once:
+            t.reported_once.add("TPU603")  # architecture constants repeat through a model file: the first says it
+            t.fire("TPU603", at, message=f"size {v} is not a multiple of 128 (pads the TPU MXU); reported once "
+                                         "per file")
 
 
 def _number(node: cst.BaseExpression) -> float | None:

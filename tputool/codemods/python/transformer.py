@@ -117,6 +117,9 @@ class _Rules(PortBase):
     def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
         return device.sequence_devices(self, original_node, updated_node)
 
+    def leave_Set(self, original_node: cst.Set, updated_node: cst.Set) -> cst.BaseExpression:
+        return device.sequence_devices(self, original_node, updated_node)
+
     def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
         dist.ds_config(self, original_node)
         perf.dict_lints(self, original_node)
