@@ -254,3 +254,13 @@ def test_unused_imports_pruned_textually() -> None:
     # a user's own unused import is never touched
     out, _ = port("from torch.cuda import amp\nimport os\nx = y.cuda()\n")
     assert out == 'from torch.cuda import amp\nimport os\nx = y.to("tpu")\n'
+
+
+def test_comments_around_removed_and_unwrapped_statements_are_kept() -> None:
+    src = ("import torch\n\n\ndef f():\n    # set up the step\n    torch.backends.cudnn.benchmark = True  # autotune\n"
+           "    x = 1\n    # only about the flag below\n    torch.backends.cudnn.benchmark = True\n\n    y = 2\n"
+           "    with torch.backends.cuda.sdp_kernel(enable_flash=False):  # math attention here\n        z = 3\n")
+    out, _ = port(src)
+    assert "    # set up the step\n    x = 1\n" in out  # describes what follows too: kept
+    assert "only about the flag below" not in out and "# autotune" not in out  # belonged to the removed lines
+    assert "    # math attention here\n    z = 3\n" in out  # a `with` header's comment stays with its body

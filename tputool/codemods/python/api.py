@@ -324,7 +324,8 @@ def with_unwrap(t: PortBase, orig: cst.With, upd: cst.With):
     stmts = list(body.body)
     if not stmts:
         return cst.RemovalSentinel.REMOVE
-    stmts[0] = stmts[0].with_changes(leading_lines=[*upd.leading_lines, *stmts[0].leading_lines])
+    header = [cst.EmptyLine(comment=body.header.comment)] if body.header.comment is not None else []
+    stmts[0] = stmts[0].with_changes(leading_lines=[*upd.leading_lines, *header, *stmts[0].leading_lines])
     return cst.FlattenSentinel(stmts)
 
 

@@ -144,17 +144,23 @@ class _Rules(PortBase):
         return updated_node.with_changes(body=body or [cst.Pass()])
 
     def _drop_removed(self, body):
-        """A statement list without removed-line placeholders; their blank lines move to the next one."""
+        """The statements without removed-line placeholders, or None when there are none.
+
+        The comment lines above a removed statement move to the next statement when it follows directly (they
+        may describe it too); where a blank line or the block's end follows, they were about the removed
+        statement and go with it, as does its own trailing comment.
+        """
         if not any(id(s) in self.removed_lines for s in body):
             return None
         out, carry = [], []
         for s in body:
             if id(s) in self.removed_lines:
-                carry += [ln for ln in s.leading_lines if ln.comment is None]
+                carry += list(s.leading_lines)
                 continue
             if carry:
-                if not any(ln.comment is None for ln in s.leading_lines[:1]):
-                    s = s.with_changes(leading_lines=[*carry, *s.leading_lines])
+                lead = list(s.leading_lines)
+                if not (lead[:1] and lead[0].comment is None):  # follows directly: keep what was above
+                    s = s.with_changes(leading_lines=[*carry, *lead])
                 carry = []
             out.append(s)
         return out
