@@ -185,12 +185,13 @@ variants have no torch.tpu equivalent and are only reported (save one state per 
           """`except torch.cuda.OutOfMemoryError` will not catch a TPU out-of-memory. The unsafe fix uses the
 device-generic `torch.OutOfMemoryError`; check what the TPU backend raises (often a RuntimeError).""",
           "except torch.cuda.OutOfMemoryError:", "except torch.OutOfMemoryError:"),
-    _rule("TPU213", "legacy-tensor-type", W, NOFIX, REVIEW, (14,),
+    _rule("TPU213", "legacy-tensor-type", W, SAFE, REVIEW, (14,),
           "legacy CUDA tensor type; use torch.tensor(..., dtype=..., device='tpu')",
-          """`torch.cuda.FloatTensor(...)`, `torch.cuda.LongTensor`, `torch.set_default_tensor_type(
-torch.cuda.HalfTensor)`. Construct with `torch.tensor(data, dtype=..., device="tpu")` or
-`torch.empty(size, ...)`; replace set_default_tensor_type with `set_default_dtype` + `set_default_device`.""",
-          "ids = torch.cuda.LongTensor(batch)", None),
+          """`torch.cuda.FloatTensor(...)`, `torch.cuda.LongTensor`: construct with `torch.tensor(data, dtype=...,
+device="tpu")` or `torch.empty(size, ...)` (reported). `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (Llama's
+reference code) is fixed: `torch.set_default_device("tpu"); torch.set_default_dtype(torch.float16)`.""",
+          "torch.set_default_tensor_type(torch.cuda.HalfTensor)",
+          'torch.set_default_device("tpu"); torch.set_default_dtype(torch.float16)'),
     _rule("TPU214", "cuda-comm", W, NOFIX, REVIEW, (51,),
           "torch.cuda.comm collectives are CUDA-only; use torch.distributed",
           """`torch.cuda.comm.broadcast/scatter/gather/reduce_add` copy between GPUs of one process. Use

@@ -100,7 +100,8 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
             t.fire(ref.code, orig, fixable=False, message=ref.message)
         return upd
     if ref.kind == FIND:
-        if not _matters_here(t, ref.code):
+        if not _matters_here(t, ref.code, orig) or (ref.code == "TPU213" and _in_default_tensor_type(t, orig)) \
+                or (key == "torch.set_default_tensor_type" and "cuda" not in t.code(t.parent(orig) or orig)):
             return upd
         severity, message = _guarded(t, orig) if ref.code == "TPU410" else (None, ref.message)
         t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
@@ -125,14 +126,33 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     return new
 
 
-def _matters_here(t: PortBase, code: str) -> bool:
+def _matters_here(t: PortBase, code: str, orig: cst.CSTNode) -> bool:
     """False where a finding says nothing to act on: a device ladder that already has its tpu branch (TPU419),
     float64 in a file that never uses an accelerator (TPU307)."""
     if code == "TPU419":
         return not t.mentions_tpu
     if code == "TPU307":
-        return t.uses_accelerator
+        return t.uses_accelerator and not fp64_is_deliberate(t, orig)
     return True
+
+
+def fp64_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True where float64 is asked for on purpose or kept off the device: a dtype test or a choice that follows
+    one (`torch.float64 if torch.get_default_dtype() == torch.float64 else ...`), or a `device='cpu'` call."""
+    from tputool.codemods.python.strings import literal
+
+    parent = t.parent(orig)
+    while parent is not None and not isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
+        if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
+            return True
+        if isinstance(parent, cst.IfExp) and _tests_a_dtype_choice(parent.test):
+            return True
+        if isinstance(parent, cst.Call) and any(
+                a.keyword is not None and a.keyword.value == "device" and literal(a.value) == "cpu"
+                for a in parent.args):
+            return True
+        parent = t.parent(parent)
+    return _under_choice_branch(t, orig)
 
 
 def _guarded(t: PortBase, orig: cst.CSTNode) -> tuple[Severity | None, str | None]:
@@ -179,8 +199,44 @@ def fp16_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
         if isinstance(parent, cst.Set | cst.List | cst.Tuple) and any(
                 (t.qname(e.value) or "").endswith(("bfloat16", "float32")) for e in parent.elements):
             return True  # one of several dtypes the code accepts or tests for
+        if isinstance(parent, cst.IfExp) and node is not parent.test and _tests_a_dtype_choice(parent.test):
+            return True  # `torch.bfloat16 if args.amp_dtype == 'bfloat16' else torch.float16`
         node, parent = parent, t.parent(parent)
-    return _under_host_only_branch(t, orig)
+    return _under_host_only_branch(t, orig) or _under_choice_branch(t, orig)
+
+
+_DTYPE_WORDS = frozenset({"float16", "fp16", "half", "f16", "bfloat16", "bf16", "float32", "fp32", "float64",
+                          "double", "fp64"})
+
+
+def _tests_a_dtype_choice(test: cst.CSTNode) -> bool:
+    """`precision == 'float16'`, `args.dtype in ('fp16', 'bf16')`, `torch.get_default_dtype() == torch.float64`."""
+    import libcst.matchers as m
+
+    from tputool.codemods.python.strings import literal
+
+    for c in m.findall(test, m.Comparison()):
+        for part in (c.left, *(x.comparator for x in c.comparisons)):
+            elems = [e.value for e in part.elements] if isinstance(part, cst.List | cst.Tuple | cst.Set) else [part]
+            for e in elems:
+                word = literal(e) or (e.attr.value if isinstance(e, cst.Attribute) else None)
+                if (word or "").lower() in _DTYPE_WORDS:
+                    return True
+    return False
+
+
+def _under_choice_branch(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True in the body of `if precision == 'float16':` or `if fp16:` (the user chose this dtype)."""
+    node, parent = orig, t.parent(orig)
+    while parent is not None and not isinstance(parent, cst.FunctionDef | cst.Module):
+        if isinstance(parent, cst.If) and parent.body is node:
+            test = parent.test
+            flag = test.value if isinstance(test, cst.Name) else test.attr.value if isinstance(
+                test, cst.Attribute) else None
+            if (flag or "").lower() in _FP16_NAMES or _tests_a_dtype_choice(test):
+                return True
+        node, parent = parent, t.parent(parent)
+    return False
 
 
 def _under_host_only_branch(t: PortBase, orig: cst.CSTNode) -> bool:
@@ -237,10 +293,41 @@ def owned_elsewhere(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -
 _REMOVE = None
 
 
+_LEGACY_DTYPES = {"HalfTensor": "float16", "FloatTensor": "float32", "DoubleTensor": "float64",
+                  "BFloat16Tensor": "bfloat16"}
+
+
+def _default_tensor_type(t: PortBase, call: cst.Call) -> str | None:
+    """The dtype of `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (or its string form), else None."""
+    if t.qname(call.func) != "torch.set_default_tensor_type" or len(call.args) != 1:
+        return None
+    arg = call.args[0].value
+    name = t.qname(arg) if isinstance(arg, cst.Attribute) else (literal(arg) or "")
+    if not name or not name.startswith("torch.cuda."):
+        return None
+    return _LEGACY_DTYPES.get(name.rsplit(".", 1)[-1])
+
+
+def _in_default_tensor_type(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for the callee or argument of a set_default_tensor_type(torch.cuda.XTensor) call (reported once)."""
+    parent = t.parent(orig)
+    call = t.parent(parent) if isinstance(parent, cst.Arg) else parent
+    return isinstance(call, cst.Call) and _default_tensor_type(t, call) is not None
+
+
 def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
-               ) -> cst.BaseSmallStatement | None:
-    """One small statement: itself, a replacement, or None (removed)."""
+               ) -> cst.BaseSmallStatement | list | None:
+    """One small statement: itself, a replacement (one or a list), or None (removed)."""
     if isinstance(o, cst.Expr) and isinstance(o.value, cst.Call):
+        dtype = _default_tensor_type(t, o.value)
+        if dtype is not None and t.fire("TPU213", o.value, safe=True,
+                                        message="set_default_tensor_type(torch.cuda.*Tensor): the default "
+                                                "device and dtype are set one by one"):
+            t.replaced(o.value.func)
+            if dtype == "float16" and t.settings.unsafe_fixes:
+                dtype = "bfloat16"  # what TPU306's unsafe fix would make of it on the next run
+            return [cst.Expr(t.expr(f'{t.torch("set_default_device")}("tpu")')),
+                    cst.Expr(t.expr(f'{t.torch("set_default_dtype")}({t.torch(dtype)})'))]
         q = t.qname(o.value.func)
         code = STATEMENT_CALLS.get(q) if q else None
         if code is not None and t.fire(code, o.value, note=_note(code)):
@@ -288,7 +375,10 @@ def statements(t: PortBase, orig_body, upd_body) -> list | None:
         r = _statement(t, o, u)
         if r is not u:
             changed = True
-        if r is not None:
+        if isinstance(r, list):
+            out.extend(s.with_changes(semicolon=cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" ")))
+                       for s in r)
+        elif r is not None:
             out.append(r)
     if not changed:
         return None

@@ -130,10 +130,12 @@ def device_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> 
     for i, a, kw in keyword_args(args):
         if kw == "map_location":
             v = a.value
-            if isinstance(v, cst.Lambda | cst.Dict) or (isinstance(v, cst.Name | cst.Attribute)
-                                                        and "map" in (t.code(v).lower())):
-                t.fire("TPU112", t.at(orig, upd, i), fixable=False,
-                       message="callable/dict map_location: load on 'cpu', then move with .to('tpu')")
+            if isinstance(v, cst.Lambda):
+                continue  # `lambda s, loc: s` loads on the CPU; a body's .cuda() is ported like any other
+            if isinstance(v, cst.Dict):
+                if "cuda" in t.code(t.at(orig, upd, i)):
+                    t.fire("TPU112", t.at(orig, upd, i), fixable=False,
+                           message="dict map_location maps CUDA devices: load on 'cpu', then move with .to('tpu')")
                 continue
             new = _rewrite_arg(t, "TPU112", t.at(orig, upd, i), a, note="tensors saved on GPU now load onto the TPU")
         elif kw == "pin_memory_device":
