@@ -1,7 +1,7 @@
 """The diagnose child: `python -m tputool.diagnose._child --record OUT.json [...] -- SCRIPT [ARGS...]`.
 
 Runs SCRIPT as `__main__` (runpy) with the observers installed, and whatever happens (normal end, an
-exception, SystemExit, --max-steps, the soft --timeout) writes one JSON record of the observations to
+exception, SystemExit, --max-steps, the soft --timeout, SIGINT from the parent) writes one JSON record of the observations to
 OUT.json for the parent (`tputool.diagnose.runner`): a `tputool.diagnose.record.RunRecord`.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
+import faulthandler
 import json
 import os
 import runpy
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TPUTOOL_DIAGNOSE"] = "1"
     t0 = time.perf_counter()
 
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGABRT) prints the Python stack to stderr
     import torch  # noqa: F401 - loads the bundled backend before the script runs
 
     from tputool.diagnose import dynamo
@@ -103,14 +105,19 @@ def main(argv: list[str] | None = None) -> int:
         runpy.run_path(script, run_name="__main__")
     except StepLimitReached:
         record.status = "step_limit"
-    except SoftTimeout:
-        record.status = "timeout"
+    except (SoftTimeout, KeyboardInterrupt) as e:
+        timeout = isinstance(e, SoftTimeout)
+        record.status, record.exit_code = ("timeout", 124) if timeout else ("interrupted", 130)
+        tb = frames.trim_traceback(e.__traceback__)
+        record.stopped_at = [tb[-1]["file"], tb[-1]["line"]] if tb else None
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         record.exit_code = code
         if code != 0:
-            record.status = "error"
-            record.error = {"type": "SystemExit", "message": str(e.code), "traceback": []}
+            record.status = "exited"
+            said = "" if isinstance(e.code, int) else f": {e.code}"
+            record.error = {"type": "SystemExit", "message": f"the script exited with status {code}{said}",
+                            "traceback": frames.trim_traceback(e.__traceback__)}
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script goes into the record
         record.status = "error"
         record.exit_code = 1

@@ -274,17 +274,34 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+# Signals that mean a crash in native code -> how to find where; others -> what usually sends them.
+_SIGNAL_FIX = {
+    "SIGSEGV": "a crash in native code (a C extension or the runtime): run `python -X faulthandler SCRIPT` "
+               "(diagnose's stderr already shows the Python stack) and report it with that stack",
+    "SIGKILL": "killed from outside: often the out-of-memory killer (check `dmesg`); lower the batch size",
+}
+_SIGNAL_FIX["SIGABRT"] = _SIGNAL_FIX["SIGBUS"] = _SIGNAL_FIX["SIGFPE"] = _SIGNAL_FIX["SIGSEGV"]
+
+
 def _run_status(rec: RunRecord) -> list[Finding]:
     out = []
     err = rec.error
-    if rec.status in ("error", "crashed") and err:
+    if rec.status in ("error", "exited", "crashed") and err:
         tb = err.get("traceback") or []
         file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.script, 0)
         first = (err.get("message") or "").strip().split("\n", 1)[0]
-        out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
+        if rec.status == "exited":
+            out.append(_finding("TPU810", file, line, first, fix="the script chose to exit (sys.exit) with "
+                                f"status {rec.exit_code}; its own output says why", exit_code=rec.exit_code))
+        elif rec.status == "crashed":
+            fix = _SIGNAL_FIX.get(rec.signal or "", "see the script's output above for why it ended")
+            out.append(_finding("TPU810", file, line, first, fix=fix, exit_code=rec.exit_code, signal=rec.signal))
+        else:
+            out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
     if rec.status == "timeout":
-        out.append(_finding("TPU811", rec.script, 0,
-                            f"stopped after {rec.timeout_s} s ({rec.steps} steps ran)"))
+        file, line = rec.stopped_at or (rec.script, 0)
+        at = f", at line {line}" if rec.stopped_at else ""
+        out.append(_finding("TPU811", file, line, f"stopped after {rec.timeout_s or 0:g} s{at} ({rec.steps} steps ran)"))
     return out
 
 
