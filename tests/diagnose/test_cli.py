@@ -176,7 +176,8 @@ def test_processes_the_script_started_end_with_it_at_timeout(tmp_path):
 
 
 def test_hard_kill_ends_the_whole_group(tmp_path, monkeypatch):
-    from tputool.diagnose import diagnose, runner as run_mod
+    from tputool.diagnose import diagnose
+    from tputool.diagnose import runner as run_mod
 
     monkeypatch.setattr(run_mod, "HARD_KILL_GRACE_S", 1.0)
     pidfile = tmp_path / "pid"
