@@ -8,7 +8,7 @@ import re
 
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
-from tputool.diagnose.rules import DIM_MULTIPLE, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
+from tputool.diagnose.rules import DIM_MULTIPLE, GRAPH_BREAK_HINTS, MODE_SWITCH, MODE_VARIANTS, RECOMPILE_HINTS
 from tputool.rules.model import Severity
 from tputool.rules.runtime import BY_CODE, FIX
 
@@ -170,6 +170,16 @@ def _recompiles(rec: RunRecord) -> list[Finding]:
             klass, fix = classify_recompile(c["recompile_reason"])
             n, _, example = classes.get(klass, (0, fix, c["recompile_reason"]))
             classes[klass] = (n + 1, fix, example)
+        switches = classes.get(MODE_SWITCH, (0,))[0]
+        if switches and switches < MODE_VARIANTS:  # one variant per mode: expected, not a problem
+            recompiles = [c for c in recompiles if classify_recompile(c["recompile_reason"])[0] != MODE_SWITCH]
+            del classes[MODE_SWITCH]
+            if not recompiles:
+                continue
+        elif switches:
+            classes[MODE_SWITCH] = (switches, "call it the same way in each mode (eval under torch.no_grad(), "
+                                    "the same autocast): more than one variant per mode recompiles",
+                                    classes[MODE_SWITCH][2])
         main_class, (_, fix, example) = max(classes.items(), key=lambda kv: kv[1][0])
         line = min(c["line"] for c in cs if c["resume_at"] is None) if any(c["resume_at"] is None for c in cs) \
             else cs[0]["line"]
@@ -324,8 +334,8 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
     times = rec.step_s
     late_time = sum(times[len(times) // 2:]) if len(times) >= 2 else 0.0
     late = xla.get("late_compile_s", 0.0)
-    run = rec.run_s or 0.0
-    share = f" ({total / run:.0%} of the run)" if run else ""
+    run = rec.wall_s or rec.run_s or 0.0  # the run time the report's header shows
+    share = f" ({total / run:.0%} of the {run:.1f} s run)" if run else ""
     msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
     if len(times) >= 2:
         msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
