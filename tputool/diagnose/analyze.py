@@ -8,7 +8,13 @@ import re
 
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
-from tputool.diagnose.rules import DIM_MULTIPLE, GRAPH_BREAK_HINTS, MODE_SWITCH, MODE_VARIANTS, RECOMPILE_HINTS
+from tputool.diagnose.rules import (
+    DIM_MULTIPLE,
+    GRAPH_BREAK_HINTS,
+    MODE_SWITCH,
+    MODE_VARIANTS,
+    RECOMPILE_HINTS,
+)
 from tputool.rules.model import Severity
 from tputool.rules.runtime import BY_CODE, FIX
 
