@@ -278,3 +278,33 @@ def test_static_findings_not_seen_at_runtime_are_listed_apart_and_not_counted():
     assert verdict(static_only).startswith("1 problem for TPU in this script") and exit_status(static_only) == 1
     rt = findings_from_record(_rec(host_syncs=[_sync()]))
     assert verdict(Report("/u/train.py", "ok", 0, 10, 1.0, [*rt, static])).startswith("1 problem slows")
+
+
+def _site(compiling, calls, generate=False):
+    return {"file": "/u/infer.py", "line": 12, "calls": calls, "generate": generate, "compiling": compiling}
+
+
+def test_inference_loop_per_shape_compiles_are_found_at_the_call():
+    every = [[i, 1, {"x": [i + 1, 64]}] for i in range(6)]
+    rec = _rec(steps=0, loop="calls", calls=6, call_sites=[_site(every, 6)],
+               xla={"compiles": 6, "compile_s": 1.0, "late_compiles": 3, "late_compile_s": 0.5})
+    found = findings_from_record(rec)
+    (f,) = [f for f in found if f.severity >= Severity.WARNING]
+    assert (f.code, f.file, f.line) == ("TPU808", "/u/infer.py", 12)
+    assert "x dim 0 varies (1, 2, 3, 4, 5, 6)" in f.message and "pad x dim 0" in f.fix
+    (t,) = [f for f in found if f.code == "TPU812"]
+    assert "nothing needed" not in t.fix
+    # two buckets, both seen in warm-up: no finding
+    buckets = [[0, 1, {"x": [8, 64]}], [1, 1, {"x": [16, 64]}]]
+    assert findings_from_record(_rec(steps=0, loop="calls", calls=12, call_sites=[_site(buckets, 12)])) == []
+    # a generate loop: the hint is a static cache and bucketing
+    gen = [[i, 2, {"input_ids": [1, 4 + i]}] for i in range(6)]
+    (f,) = findings_from_record(_rec(steps=0, loop="calls", calls=6, call_sites=[_site(gen, 6, generate=True)]))
+    assert "input_ids dim 1 varies" in f.message and "static KV cache" in f.fix and "bucket" in f.fix
+
+
+def test_varying_dims_names_rank_changes_too():
+    from tputool.diagnose.analyze import varying_dims
+
+    assert varying_dims([{"x": [2, 3]}, {"x": [2, 3, 1]}]) == [("x", None, [2, 3])]
+    assert varying_dims([{"x": [2, 3], "m": [2]}, {"x": [4, 3], "m": [2]}]) == [("x", 0, [2, 4])]

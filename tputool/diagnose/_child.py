@@ -17,6 +17,8 @@ import runpy
 import signal
 import sys
 import time
+import warnings
+from collections.abc import Callable
 
 
 class SoftTimeout(BaseException):
@@ -56,6 +58,24 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     return {"events": list(agg.values()), "event_totals": totals}
 
 
+def _compile_counter(events: object) -> Callable[[], int]:
+    """A function returning how many "compile" events the backend has logged (0 without the backend)."""
+    if events is None:
+        return lambda: 0
+    state = [0, 0]  # log entries scanned, compiles among them
+
+    def compiles() -> int:
+        log = events.log
+        if len(log) < state[0]:  # the log was reset
+            state[:] = [0, 0]
+        for e in log[state[0]:]:
+            state[1] += e["kind"] == "compile"
+        state[0] = len(log)
+        return state[1]
+
+    return compiles
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the script under observation and write the record; returns 0 unless the record failed."""
     p = argparse.ArgumentParser(prog="tputool.diagnose._child")
@@ -73,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401 - loads the bundled backend before the script runs
 
     from tputool.diagnose import dynamo
+    from tputool.diagnose.calls import CallCounter
     from tputool.diagnose.jaxwatch import JaxWatch
     from tputool.diagnose.observe import Observer, StepCounter, StepLimitReached, wrap_from_numpy
     from tputool.diagnose.record import RunRecord
@@ -81,12 +102,29 @@ def main(argv: list[str] | None = None) -> int:
     frames = UserFrames(os.path.dirname(script))
     steps = StepCounter(ns.max_steps)
     steps.on_step.append(lambda n: dynamo.raise_metrics_limit() if n == 1 else None)
-    boundaries: list[int] = []
+    boundaries: list[int] = []  # len(events.log) at the end of each iteration (step, or call before any step)
     events = sys.modules.get("tputool.backend.events")
+    calls = CallCounter(frames, _compile_counter(events))
+    # torch warns that global module hooks fire once more for torch.compile(module): CallCounter expects it
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+    jaxwatch = JaxWatch(lambda: steps.iteration)
+
+    def first_step(n: int) -> None:  # optimizer steps replace model calls as the loop's iterations
+        if n == 1:
+            calls.remove()
+            boundaries.clear()
+            jaxwatch.spans = [(0, name, secs) for _, name, secs in jaxwatch.spans]
+
+    def call_done(n: int) -> None:
+        steps.iteration = n
+        if events is not None:
+            boundaries.append(len(events.log))
+
+    steps.on_step.insert(0, first_step)
+    calls.on_call.append(call_done)
     if events is not None:
         steps.on_step.append(lambda n: boundaries.append(len(events.log)))
     observer = Observer(frames, steps)
-    jaxwatch = JaxWatch(lambda: steps.steps)
     jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
     call_sites = dynamo.CallSites(frames)
@@ -100,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, ns.timeout)
     t_start = time.perf_counter()
     steps.install()
+    calls.install()
     observer.__enter__()
     try:
         runpy.run_path(script, run_name="__main__")
@@ -134,15 +173,21 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - the script left its own mode on the stack; the record matters more
             record.note = "the script left a TorchFunctionMode active"
         steps.remove()
+        calls.remove()
         jaxwatch.remove()
         call_sites.remove()
         undo_numpy()
     t_end = time.perf_counter()
     record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
-    record.step_s = [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)]
-    record.xla = jaxwatch.to_record(steps.steps)
+    ends = steps.step_ends
+    if not steps.steps and calls.calls:
+        record.loop, record.calls, record.call_sites, ends = "calls", calls.calls, calls.to_record(), calls.ends
+    elif steps.steps:
+        record.loop = "steps"
+    record.step_s = [b - a for a, b in zip([t_start, *ends], ends, strict=False)]
+    record.xla = jaxwatch.to_record(steps.iteration)
     observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks),
-                **_events_record(boundaries, steps.steps)}
+                **_events_record(boundaries, steps.iteration)}
     record = dataclasses.replace(record, **observed)  # a TypeError here: an observer's key is not a RunRecord field
     with open(ns.record, "w") as f:
         json.dump(record.to_dict(), f, default=str)  # default=str: a stray non-JSON value must not lose the record

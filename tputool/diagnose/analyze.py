@@ -352,12 +352,78 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
                      late_compile_s=round(late, 3))]
 
 
+def iterations(rec: RunRecord) -> int:
+    """The loop's iterations: optimizer steps, or top-level model calls when no optimizer step ran."""
+    return int(rec.steps or 0) or (int(rec.calls or 0) if rec.loop == "calls" else 0)
+
+
 def findings_from_record(rec: RunRecord) -> list[Finding]:
     """Every runtime finding the record supports, unsorted."""
-    steps = int(rec.steps or 0)
+    steps = iterations(rec)
     found = [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
-             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec)]
+             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec),
+             *per_shape_compiles(rec)]
     return _fold_xla_compiles(found)
+
+
+# A call site whose calls compiled new programs this many times after its first call, some of them in the
+# second half of its calls, recompiles per shape (TPU808 at that line); fewer is warm-up (buckets).
+PER_SHAPE_MIN_RECOMPILES = 2
+
+
+def varying_dims(shapes: list[dict[str, list[int]]]) -> list[tuple[str, int | None, list[int]]]:
+    """(input name, dimension (None: the rank varies), the values seen in order) for each varying dimension."""
+    out = []
+    for name in dict.fromkeys(k for s in shapes for k in s):
+        seen = [s[name] for s in shapes if name in s]
+        if len({len(x) for x in seen}) > 1:
+            out.append((name, None, [len(x) for x in seen]))
+            continue
+        for d in range(len(seen[0])):
+            values = [x[d] for x in seen]
+            if len(set(values)) > 1:
+                out.append((name, d, list(dict.fromkeys(values))))
+    return out
+
+
+def _dims_text(dims: list[tuple[str, int | None, list[int]]]) -> str:
+    def vals(v: list[int]) -> str:
+        return ", ".join(map(str, v[:8])) + (", ..." if len(v) > 8 else "")
+    return "; ".join(f"{name} rank varies ({vals(v)})" if d is None else f"{name} dim {d} varies ({vals(v)})"
+                     for name, d, v in dims)
+
+
+def per_shape_compiles(rec: RunRecord) -> list[Finding]:
+    """Call sites of a loop without an optimizer whose calls keep compiling XLA programs, one per new input
+    shape, into the second half of their calls: TPU808 at the calling line, naming the varying dimension."""
+    if rec.loop != "calls":
+        return []
+    out = []
+    for site in rec.call_sites:
+        n = site["calls"]
+        compiling = site["compiling"]
+        again = [c for c in compiling if c[0] > 0]
+        late = [c for c in again if c[0] >= n // 2]
+        if len(again) < PER_SHAPE_MIN_RECOMPILES or not late:
+            continue
+        dims = varying_dims([c[2] for c in compiling])
+        programs = sum(c[1] for c in compiling)
+        what = _dims_text(dims) or "the same input shapes (another input changes)"
+        if site.get("generate"):
+            fix = ("each generated token has a new sequence length: use a static KV cache "
+                   "(generate(..., cache_implementation='static')) and pad prompts to a few bucket lengths "
+                   "(tokenizer(..., padding='max_length') or pad_to_multiple_of=64)")
+        else:
+            first = next((f"{name} dim {d}" for name, d, _ in dims if d is not None), "the varying dimension")
+            fix = (f"pad {first} to a few fixed sizes (buckets: multiples of 64, or powers of 2) before the call, "
+                   "or drop the last partial batch (drop_last=True)")
+        out.append(_finding("TPU808", site["file"], site["line"],
+                            f"{len(compiling)} of {n} calls here compiled new XLA programs ({programs} in all, "
+                            f"{len(late)} in the second half of the calls), one per input shape: {what}",
+                            count=len(compiling), fix=fix, per_step=round(len(compiling) / n, 2) if n else None,
+                            per_shape=True, varying=[{"input": k, "dim": d, "values": v} for k, d, v in dims],
+                            generate=bool(site.get("generate"))))
+    return out
 
 
 _GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
@@ -366,23 +432,30 @@ _GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
 def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
     """When Dynamo recompiles for changing shapes (TPU802), late XLA compiles (TPU808) are the same cause:
     those of compiled graphs are dropped, those of eager ops kept as notes pointing at the recompile."""
-    causes = [f for f in found if f.code in ("TPU802", "TPU808") and f.severity >= Severity.WARNING]
-    for f in found:
-        if f.code == "TPU812" and f.severity >= Severity.WARNING and causes:
+    out = _fold_late_compiles(found)
+    causes = sorted((f for f in out if f.code in ("TPU802", "TPU808") and f.severity >= Severity.WARNING),
+                    key=lambda f: not f.extra.get("per_shape"))
+    for f in out:
+        if f.code == "TPU812" and causes and (f.severity >= Severity.WARNING or f.extra.get("late_compile_s")):
             f.severity = Severity.INFO  # the cost of the recompiles already reported
             f.message += f" (see {causes[0].code} at {os.path.basename(causes[0].file)}:{causes[0].line})"
+    return out
+
+
+def _fold_late_compiles(found: list[Finding]) -> list[Finding]:
     shape_recompiles = [f for f in found if f.code == "TPU802" and f.severity >= Severity.WARNING
                         and "changing input shapes" in f.extra.get("classes", {})]
+    shape_recompiles += [f for f in found if f.extra.get("per_shape")]
     if not shape_recompiles:
         return found
     first = shape_recompiles[0]
     eager: dict[str, int] = {}
     for f in found:
-        if f.code == "TPU808":
+        if f.code == "TPU808" and not f.extra.get("per_shape"):
             for k, v in f.extra.get("executables", {}).items():
                 if not _GRAPH_EXECUTABLE.match(k):
                     eager[k] = eager.get(k, 0) + v
-    out = [f for f in found if f.code != "TPU808"]
+    out = [f for f in found if f.code != "TPU808" or f.extra.get("per_shape")]
     if eager:
         n = sum(eager.values())
         top = ", ".join(f"{k} x{v}" for k, v in sorted(eager.items(), key=lambda kv: -kv[1])[:3])

@@ -39,9 +39,11 @@ class Report:
     devices: list[str] = field(default_factory=list)
     static_only: bool = False
     note: str | None = None  # e.g. why the static analysis was skipped
-    step_s: float | None = None  # median seconds per optimizer step, second half of the run
+    step_s: float | None = None  # median seconds per iteration (step, or call), second half of the run
     stopped_at: tuple[str, int] | None = None  # the last user line seen at --timeout or an interrupt
     signal: str | None = None  # the signal that killed the script (SIGSEGV), if one did
+    loop: str | None = None  # "steps" (optimizer steps), "calls" (top-level model calls: inference), or None
+    calls: int = 0  # top-level model calls, when no optimizer step ran
 
     @property
     def script_failed(self) -> bool:

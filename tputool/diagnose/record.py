@@ -30,9 +30,12 @@ class RunRecord:
     error: dict[str, Any] | None = None  # {type, message, traceback: [{file, line, function, text}]}
     note: str | None = None  # e.g. the script left a TorchFunctionMode active
     steps: int = 0  # optimizer steps seen
+    loop: str | None = None  # what an iteration was: "steps" (optimizer steps), "calls" (model calls), or None
+    calls: int = 0  # top-level model calls, counted when no optimizer step ran (inference, eval, generate)
+    call_sites: list[dict[str, Any]] = field(default_factory=list)  # tputool.diagnose.calls.CallCounter.to_record
     run_s: float | None = None  # the script's run, startup excluded
     startup_s: float | None = None
-    step_s: list[float] = field(default_factory=list)  # seconds of each step
+    step_s: list[float] = field(default_factory=list)  # seconds of each iteration (step or call)
     xla: dict[str, Any] = field(default_factory=dict)  # jaxwatch totals: compiles, compile_s, late_* ...
     # from the function mode (tputool.diagnose.observe)
     host_syncs: list[dict[str, Any]] = field(default_factory=list)  # kind, file, line, device, direct, count, steps_seen

@@ -5,7 +5,9 @@ JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
   crashed | static; exit_code: the script's exit status (128+N when signal N killed it; see
   tputool/diagnose/exits.py for diagnose's own); signal: null or its name ("SIGSEGV");
   stopped_at: null or {file, line}, the last user line seen at --timeout or an interrupt; steps: optimizer steps run; wall_s / run_s: seconds (null for --static);
-  step_s: median seconds per step over the second half of the run (null with fewer than 2 steps);
+  step_s: median seconds per step (per call for a loop without an optimizer) over the second half of the run
+  (null with fewer than 2); loop: "steps" | "calls" (model calls, no optimizer step: inference, generate) | null;
+  calls: top-level model calls counted when no optimizer step ran;
   devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
   verdict: the one-line summary; summary: {error, warning, info}: counts;
   findings: [{severity: error|warning|info, code, name, file, line (1-based; 0 for a finding about the whole
@@ -103,8 +105,13 @@ def _run_line(report: Report) -> str:
     accel = [d for d in report.devices if d != "cpu"] or report.devices
     devices = f" on {', '.join(accel)}" if accel else ""
     secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
-    step = f" ({report.step_s * 1000:.1f} ms/step in steady state)" if report.step_s is not None else ""
-    return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}{step}; {how}"
+    unit = "call" if report.loop == "calls" else "step"
+    step = f" ({report.step_s * 1000:.1f} ms/{unit} in steady state)" if report.step_s is not None else ""
+    if report.loop == "calls":
+        ran = f"ran {report.calls} model call{'s' * (report.calls != 1)} (no optimizer step)"
+    else:
+        ran = f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}"
+    return f"{ran}{devices}{secs}{step}; {how}"
 
 
 def to_json(report: Report) -> str:
@@ -114,7 +121,7 @@ def to_json(report: Report) -> str:
         "exit_code": report.exit_code, "signal": report.signal,
         "stopped_at": report.stopped_at and {"file": display_path(report.stopped_at[0]), "line": report.stopped_at[1]},
         "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
-        "step_s": report.step_s, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
+        "step_s": report.step_s, "loop": report.loop, "calls": report.calls, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
         "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.file),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
                       "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
@@ -138,12 +145,13 @@ def render_text(report: Report, console: object) -> None:
     groups = [(_HEADINGS[sev], _STYLE[sev], [f for f in findings if f.severity == sev])
               for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO)]
     groups.append(("STATIC, NOT SEEN AT RUNTIME", "dim", sort_findings(unseen)))
+    unit = "call" if report.loop == "calls" else "step"
     for heading, style, group in groups:
         if not group:
             continue
         c.print(f"\n[{style}]{heading} ({len(group)})[/{style}]")
         for f in group:
-            rate = f" [dim]{f.per_step:g}/step[/dim]" if f.per_step is not None and f.count > 1 else ""
+            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 else ""
             c.print(f"  [{_STYLE[f.severity]}]{f.code}[/{_STYLE[f.severity]}] {escape(_where(f))}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
             c.print(f"         [green]fix:[/green] {escape(f.fix)}")
