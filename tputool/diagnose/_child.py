@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def first_step(n: int) -> None:  # optimizer steps replace model calls as the loop's iterations
         if n == 1:
-            calls.remove()
+            calls.stop()
             boundaries.clear()
             jaxwatch.spans = [(0, name, secs) for _, name, secs in jaxwatch.spans]
 

@@ -3,7 +3,8 @@
 A top-level call is a module's forward entered while no other module's forward runs (a compiled model's
 `OptimizedModule` call counts once). Each one is an iteration, as an optimizer step is for a training loop:
 `CallCounter` counts them through global module hooks until the first optimizer step (then steps take over
-and the hooks are removed), and records per calling user line the input shapes of the calls that compiled
+and the hooks go quiet: removing them would change `len(_global_forward_hooks)`, which Dynamo guards on, and
+recompile every compiled function), and records per calling user line the input shapes of the calls that compiled
 new XLA programs, so that per-shape recompiles can be reported at that line with the dimension that varies.
 """
 
@@ -37,6 +38,7 @@ class CallCounter:
         self._compiles_at_start = 0
         self._names: dict[type, tuple[str, ...]] = {}
         self._handles: list[Any] = []
+        self.active = True
 
     def install(self) -> None:
         """Register the global forward pre-hook and (always called) forward hook."""
@@ -45,14 +47,18 @@ class CallCounter:
         self._handles = [register_module_forward_pre_hook(self._enter),
                          register_module_forward_hook(self._exit, with_kwargs=True, always_call=True)]
 
+    def stop(self) -> None:
+        """Stop counting; the hooks stay registered (a change in their number recompiles compiled code)."""
+        self.active = False
+
     def remove(self) -> None:
-        """Unregister the hooks (idempotent)."""
+        """Unregister the hooks (idempotent); only once the script has ended."""
         for h in self._handles:
             h.remove()
         self._handles = []
 
     def _enter(self, module: torch.nn.Module, args: tuple) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or not self.active:  # is_compiling first: Dynamo then reads nothing
             return
         self._depth += 1
         if self._depth > 1:
@@ -69,7 +75,7 @@ class CallCounter:
         self._compiles_at_start = self.compiles_logged()
 
     def _exit(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if torch.compiler.is_compiling() or self._depth == 0:
+        if torch.compiler.is_compiling() or not self.active or self._depth == 0:
             return
         self._depth -= 1
         if self._depth:
