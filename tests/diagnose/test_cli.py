@@ -196,3 +196,25 @@ def test_syntax_error_points_at_the_line(tmp_path):
     doc = json.loads(r.stdout)
     (f,) = doc["findings"]
     assert (f["code"], f["line"]) == ("TPU810", 2) and f["message"].startswith("SyntaxError")
+
+
+def test_ctrl_c_is_passed_to_the_script_and_ends_its_processes(tmp_path):
+    import os
+    import signal
+    import time
+
+    pidfile = tmp_path / "pid"
+    p = _script(tmp_path, _SPAWNS.format(prelude="", pidfile=str(pidfile)))
+    # Ctrl-C in a terminal reaches only diagnose's process group (the child has its own session).
+    proc = subprocess.Popen([sys.executable, "-m", "tputool", "diagnose", str(p), "--no-static", "--format", "json"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    doc = json.loads(out)
+    assert doc["status"] == "interrupted" and doc["stopped_at"]["file"].endswith("train.py")
+    assert _gone(int(pidfile.read_text()))
