@@ -308,3 +308,9 @@ def test_varying_dims_names_rank_changes_too():
 
     assert varying_dims([{"x": [2, 3]}, {"x": [2, 3, 1]}]) == [("x", None, [2, 3])]
     assert varying_dims([{"x": [2, 3], "m": [2]}, {"x": [4, 3], "m": [2]}]) == [("x", 0, [2, 4])]
+
+
+def test_inference_loop_messages_count_model_calls():
+    rec = _rec(steps=0, loop="calls", calls=6, host_syncs=[_sync(count=6, steps_seen=6)])
+    (f,) = findings_from_record(rec)
+    assert (f.code, f.per_step) == ("TPU601", 1.0) and "in 6 of 6 model calls" in f.message

@@ -65,12 +65,12 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
         seen.add((s["file"], s["line"]))
         klass = _sync_class(s["count"], s["steps_seen"], steps)
         if klass == "loop":
-            during = f" in {s['steps_seen']} of {steps} steps" if steps else ""
+            during = f" in {s['steps_seen']} of {steps} {_unit(rec)}" if steps else ""
             out.append(_finding("TPU601", s["file"], s["line"],
                                 f"{s['kind']} waits for the device and copies to the host ({s['count']} times{during})",
                                 count=s["count"], steps=steps, kind=s["kind"]))
         else:
-            how = (f"in {s['steps_seen']} of {steps} steps (periodic, fine)" if klass == "periodic"
+            how = (f"in {s['steps_seen']} of {steps} {_unit(rec)} (periodic, fine)" if klass == "periodic"
                    else "once (outside the loop)")
             out.append(_finding("TPU809", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
@@ -277,7 +277,7 @@ def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
         out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
-                            f"(steps {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
+                            f"({_unit(rec)} {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
                             executables=by_name))
     return out
 
@@ -317,7 +317,7 @@ def _run_status(rec: RunRecord) -> list[Finding]:
     if rec.status == "timeout":
         file, line = rec.stopped_at or (rec.script, 0)
         at = f", at line {line}" if rec.stopped_at else ""
-        out.append(_finding("TPU811", file, line, f"stopped after {rec.timeout_s or 0:g} s{at} ({rec.steps} steps ran)"))
+        out.append(_finding("TPU811", file, line, f"stopped after {rec.timeout_s or 0:g} s{at} ({iterations(rec)} {_unit(rec)} ran)"))
     return out
 
 
@@ -350,6 +350,11 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
     return [_finding("TPU812", rec.script, 0, msg, count=xla["compiles"], fix=fix,
                      severity=Severity.WARNING if bad else Severity.INFO, compile_s=round(total, 3),
                      late_compile_s=round(late, 3))]
+
+
+def _unit(rec: RunRecord) -> str:
+    """What the loop's iterations are called in messages."""
+    return "model calls" if rec.loop == "calls" else "steps"
 
 
 def iterations(rec: RunRecord) -> int:
