@@ -215,3 +215,102 @@ def test_break_in_library_code_maps_to_the_compile_call_site():
                               "in_library": "/site-packages/hf/m.py:703", "ops_before": 5, "ops_after": 1}])
     (f,) = findings_from_record(rec)
     assert f.line == 9 and f.message.startswith("graph break in forward() at m.py:703: data-dependent")
+
+
+def test_transfer_fix_does_not_tell_to_create_batches_once():
+    ev = {"kind": "transfer_h2d", "detail": "", "file": "/u/t.py", "line": 8, "count": 10, "amount": 10 << 20,
+          "late": 5, "late_amount": 5 << 20}
+    (f,) = findings_from_record(_rec(events=[ev]))
+    assert f.code == "TPU807" and "once, outside the loop" not in f.fix and "prefetch" in f.fix
+
+
+def _compile(i, reason):
+    return {"function": "f", "resume_at": None, "file": "/u/t.py", "line": 4, "user": True, "ops": 2,
+            "recompile_reason": None if i == 0 else reason}
+
+
+def test_train_eval_switch_is_not_a_recompile_problem():
+    switch = [_compile(0, None), _compile(1, "0/0: GLOBAL_STATE changed: grad_mode ")]
+    assert findings_from_record(_rec(compiles=switch, recompile_limit=8)) == []
+    # a shape recompile next to the switch is still reported, counted without the switch
+    shapes = [*switch, _compile(2, "0/1: tensor 'x' size mismatch at index 0. expected 8, actual 5"),
+              _compile(3, "0/2: tensor 'x' size mismatch at index 0. expected 5, actual 3")]
+    (f,) = findings_from_record(_rec(compiles=shapes, recompile_limit=8))
+    assert f.code == "TPU802" and f.count == 2 and "changing input shapes" in f.message
+    # more variants per mode than train + eval: reported, with advice that is not "nothing needed"
+    storm = [_compile(i, "0/0: GLOBAL_STATE changed: grad_mode ") for i in range(4)]
+    (f,) = findings_from_record(_rec(compiles=storm, recompile_limit=8))
+    assert f.severity == Severity.WARNING and "nothing needed" not in f.fix
+
+
+def test_compile_share_uses_the_headers_run_time():
+    rec = _rec(steps=4, run_s=4.0, step_s=[2.0, 0.1, 0.1, 0.1],
+               xla={"compiles": 10, "compile_s": 2.0, "late_compiles": 0, "late_compile_s": 0.0})
+    rec.wall_s = 10.0
+    (f,) = findings_from_record(rec)
+    assert "20% of the 10.0 s run" in f.message
+    rep = Report("/u/train.py", "ok", 0, 4, rec.wall_s, [f])
+    from tputool.diagnose.report import _run_line
+
+    assert "in 10.0 s" in _run_line(rep)
+
+
+def test_static_findings_not_seen_at_runtime_are_listed_apart_and_not_counted():
+    import io
+
+    from rich.console import Console
+
+    from tputool.diagnose.exits import exit_status
+    from tputool.diagnose.model import Finding
+    from tputool.diagnose.report import render_text
+
+    static = Finding(Severity.WARNING, "TPU101", "cuda-method-call", "/u/train.py", 3, "x.cuda()", "port it",
+                     source="static")
+    rep = Report("/u/train.py", "ok", 0, 10, 1.0, [static])
+    assert verdict(rep) == ("No problems found that slow this script on TPU "
+                            "(1 static finding not seen at runtime).")
+    assert exit_status(rep) == 0
+    out = io.StringIO()
+    render_text(rep, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "STATIC, NOT SEEN AT RUNTIME (1)" in text and "WARNINGS" not in text
+    static_only = Report("/u/train.py", "static", 0, 0, None, [static], static_only=True)
+    assert verdict(static_only).startswith("1 problem for TPU in this script") and exit_status(static_only) == 1
+    rt = findings_from_record(_rec(host_syncs=[_sync()]))
+    assert verdict(Report("/u/train.py", "ok", 0, 10, 1.0, [*rt, static])).startswith("1 problem slows")
+
+
+def _site(compiling, calls, generate=False):
+    return {"file": "/u/infer.py", "line": 12, "calls": calls, "generate": generate, "compiling": compiling}
+
+
+def test_inference_loop_per_shape_compiles_are_found_at_the_call():
+    every = [[i, 1, {"x": [i + 1, 64]}] for i in range(6)]
+    rec = _rec(steps=0, loop="calls", calls=6, call_sites=[_site(every, 6)],
+               xla={"compiles": 6, "compile_s": 1.0, "late_compiles": 3, "late_compile_s": 0.5})
+    found = findings_from_record(rec)
+    (f,) = [f for f in found if f.severity >= Severity.WARNING]
+    assert (f.code, f.file, f.line) == ("TPU808", "/u/infer.py", 12)
+    assert "x dim 0 varies (1, 2, 3, 4, 5, 6)" in f.message and "pad x dim 0" in f.fix
+    (t,) = [f for f in found if f.code == "TPU812"]
+    assert "nothing needed" not in t.fix
+    # two buckets, both seen in warm-up: no finding
+    buckets = [[0, 1, {"x": [8, 64]}], [1, 1, {"x": [16, 64]}]]
+    assert findings_from_record(_rec(steps=0, loop="calls", calls=12, call_sites=[_site(buckets, 12)])) == []
+    # a generate loop: the hint is a static cache and bucketing
+    gen = [[i, 2, {"input_ids": [1, 4 + i]}] for i in range(6)]
+    (f,) = findings_from_record(_rec(steps=0, loop="calls", calls=6, call_sites=[_site(gen, 6, generate=True)]))
+    assert "input_ids dim 1 varies" in f.message and "static KV cache" in f.fix and "bucket" in f.fix
+
+
+def test_varying_dims_names_rank_changes_too():
+    from tputool.diagnose.analyze import varying_dims
+
+    assert varying_dims([{"x": [2, 3]}, {"x": [2, 3, 1]}]) == [("x", None, [2, 3])]
+    assert varying_dims([{"x": [2, 3], "m": [2]}, {"x": [4, 3], "m": [2]}]) == [("x", 0, [2, 4])]
+
+
+def test_inference_loop_messages_count_model_calls():
+    rec = _rec(steps=0, loop="calls", calls=6, host_syncs=[_sync(count=6, steps_seen=6)])
+    (f,) = findings_from_record(rec)
+    assert (f.code, f.per_step) == ("TPU601", 1.0) and "in 6 of 6 model calls" in f.message

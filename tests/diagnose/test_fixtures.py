@@ -44,3 +44,30 @@ def test_unsupported_op_falls_back_to_cpu(monkeypatch):
     assert expected(path) <= _problems(report)
     fb = [f for f in report.findings if f.code == "TPU803" and f.severity >= Severity.WARNING]
     assert fb and "double_it" in fb[0].message
+
+
+@pytest.mark.parametrize("name, generate", [pytest.param("infer_shapes.py", False, marks=_COMPILED),
+                                            ("generate_loop.py", True)])
+def test_inference_loop_per_shape_compiles_found_at_the_call(name, generate, monkeypatch):
+    assert tpu_works(compile=not generate), "the bundled tpu device fails the probe script"
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    path = FIXTURES / name
+    report = diagnose(str(path), include_static=False)
+    assert report.status == "ok", report.error
+    assert (report.loop, report.steps) == ("calls", 0) and report.calls >= 6
+    assert _problems(report) == expected(path)
+    (f,) = [f for f in report.findings if f.extra.get("per_shape")]
+    varying = {(v["input"], v["dim"]) for v in f.extra["varying"]}
+    assert varying == ({("input_ids", 1)} if generate else {("input", 0)})
+    assert ("static KV cache" in f.fix) == generate and "bucket" in f.fix
+    tpu812 = [f for f in report.findings if f.code == "TPU812"]
+    assert all("nothing needed" not in f.fix for f in tpu812)
+
+
+@pytest.mark.needs_compile
+def test_inference_loop_over_fixed_buckets_is_warm_up(monkeypatch):
+    assert tpu_works(compile=True), "the bundled tpu device compile backend fails the probe script"
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    report = diagnose(str(FIXTURES / "infer_buckets.py"), include_static=False)
+    assert report.status == "ok" and report.loop == "calls" and report.calls == 8
+    assert _problems(report) == set()

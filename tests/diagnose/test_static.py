@@ -72,3 +72,14 @@ def test_custom_op_fallback_covers_static_custom_op_finding():
     static = Finding(Severity.ERROR, "TPU502", "custom-op", "/u/t.py", 7, "m", "f", source="static",
                      extra={"patterns": [62]})
     assert merge([rt], [static]) == [rt]
+
+
+def test_unsafe_only_fix_says_unsafe_fixes(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text("import torch\n\nd = torch.device('cuda')\nif d.type == 'cuda':\n    x = torch.cuda.is_available()\n"
+                 "y = torch.ones(2).cuda()\n")
+    fixes = {f.code: f.fix for f in diagnose(str(p), static_only=True).findings}
+    assert registry.all_rules()["TPU109"].fix.value == "unsafe"
+    assert "--unsafe-fixes" in fixes["TPU109"]
+    safe = [code for code, fix in fixes.items() if "port --write" in fix and registry.all_rules()[code].fix.value == "safe"]
+    assert safe and all("--unsafe-fixes" not in fixes[c] for c in safe)

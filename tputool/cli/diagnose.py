@@ -15,22 +15,20 @@ def diagnose(
     static: bool = typer.Option(False, "--static", help="Only the static analysis; do not run the script."),
     no_static: bool = typer.Option(False, "--no-static", help="Skip the static analysis of the script."),
     fmt: str = typer.Option("text", "--format", help="text or json (schema tputool.diagnose/1)."),
-    fail_on: str | None = typer.Option(None, "--fail-on", help="Also exit 1 on findings of this severity "
-                                       "or worse: info, warning, error."),
+    fail_on: str = typer.Option("warning", "--fail-on", help="Exit 1 on runtime findings of this severity "
+                                "or worse: info, warning, error."),
 ) -> None:
-    """Run SCRIPT on the tpu backend and report what slows it: graph breaks, recompiles, host syncs, ..."""
     from tputool.diagnose import diagnose as run_diagnose
+    from tputool.diagnose.exits import exit_status
     from tputool.diagnose.report import render_text, to_json
     from tputool.rules.model import Severity
 
     if fmt not in ("text", "json"):
         raise UserError(f"--format must be text or json, not {fmt!r}")
-    threshold = None
-    if fail_on is not None:
-        names = {str(s): s for s in Severity}
-        if fail_on.lower() not in names:
-            raise UserError(f"--fail-on must be one of {', '.join(names)}, not {fail_on!r}")
-        threshold = names[fail_on.lower()]
+    names = {str(s): s for s in Severity}
+    if fail_on.lower() not in names:
+        raise UserError(f"--fail-on must be one of {', '.join(names)}, not {fail_on!r}")
+    threshold = names[fail_on.lower()]
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]
@@ -42,12 +40,20 @@ def diagnose(
         from rich.console import Console
 
         render_text(report, Console(highlight=False, soft_wrap=True))
-    if report.script_failed:
-        raise typer.Exit(1)
-    if threshold is not None and any(f.severity >= threshold for f in report.findings):
-        raise typer.Exit(1)
+    status = exit_status(report, threshold)
+    if status:
+        raise typer.Exit(status)
+
+
+def _help() -> str:
+    from tputool.diagnose.exits import TABLE
+
+    lines = "\n".join(ln.rstrip() for ln in TABLE.splitlines())
+    return ("Run SCRIPT on the tpu backend and report what slows it: graph breaks, recompiles, host syncs, ...\n\n"
+            f"Exit status:\n\n\b\n{lines}")
 
 
 def register(app: typer.Typer) -> None:
     """Add `tputool diagnose` to the tputool app."""
-    app.command("diagnose", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(diagnose)
+    app.command("diagnose", help=_help(),
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(diagnose)

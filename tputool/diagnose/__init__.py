@@ -43,7 +43,9 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
     rec = run_child(script, list(args or []), timeout_s, max_steps, script_output_to_stderr)
     findings = merge(findings_from_record(rec), static)
     return Report(rec.script, rec.status, int(rec.exit_code or 0), int(rec.steps or 0), round(rec.wall_s, 3), findings,
-                  rec.error, _round(rec.run_s, 3), rec.devices, note=note, step_s=_round(steady_step_s(rec), 6))
+                  rec.error, _round(rec.run_s, 3), rec.devices, note=note, step_s=_round(steady_step_s(rec), 6),
+                  stopped_at=tuple(rec.stopped_at) if rec.stopped_at else None, signal=rec.signal,
+                  loop=rec.loop, calls=int(rec.calls or 0))
 
 
 def _round(x: float | None, digits: int) -> float | None:

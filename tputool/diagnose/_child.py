@@ -1,7 +1,7 @@
 """The diagnose child: `python -m tputool.diagnose._child --record OUT.json [...] -- SCRIPT [ARGS...]`.
 
 Runs SCRIPT as `__main__` (runpy) with the observers installed, and whatever happens (normal end, an
-exception, SystemExit, --max-steps, the soft --timeout) writes one JSON record of the observations to
+exception, SystemExit, --max-steps, the soft --timeout, SIGINT from the parent) writes one JSON record of the observations to
 OUT.json for the parent (`tputool.diagnose.runner`): a `tputool.diagnose.record.RunRecord`.
 """
 
@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
+import faulthandler
 import json
 import os
 import runpy
 import signal
 import sys
 import time
+import warnings
+from collections.abc import Callable
 
 
 class SoftTimeout(BaseException):
@@ -55,6 +58,24 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     return {"events": list(agg.values()), "event_totals": totals}
 
 
+def _compile_counter(events: object) -> Callable[[], int]:
+    """A function returning how many "compile" events the backend has logged (0 without the backend)."""
+    if events is None:
+        return lambda: 0
+    state = [0, 0]  # log entries scanned, compiles among them
+
+    def compiles() -> int:
+        log = events.log
+        if len(log) < state[0]:  # the log was reset
+            state[:] = [0, 0]
+        for e in log[state[0]:]:
+            state[1] += e["kind"] == "compile"
+        state[0] = len(log)
+        return state[1]
+
+    return compiles
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the script under observation and write the record; returns 0 unless the record failed."""
     p = argparse.ArgumentParser(prog="tputool.diagnose._child")
@@ -68,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TPUTOOL_DIAGNOSE"] = "1"
     t0 = time.perf_counter()
 
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGABRT) prints the Python stack to stderr
     import torch  # noqa: F401 - loads the bundled backend before the script runs
 
     from tputool.diagnose import dynamo
+    from tputool.diagnose.calls import CallCounter
     from tputool.diagnose.jaxwatch import JaxWatch
     from tputool.diagnose.observe import Observer, StepCounter, StepLimitReached, wrap_from_numpy
     from tputool.diagnose.record import RunRecord
@@ -79,12 +102,29 @@ def main(argv: list[str] | None = None) -> int:
     frames = UserFrames(os.path.dirname(script))
     steps = StepCounter(ns.max_steps)
     steps.on_step.append(lambda n: dynamo.raise_metrics_limit() if n == 1 else None)
-    boundaries: list[int] = []
+    boundaries: list[int] = []  # len(events.log) at the end of each iteration (step, or call before any step)
     events = sys.modules.get("tputool.backend.events")
+    calls = CallCounter(frames, _compile_counter(events))
+    # torch warns that global module hooks fire once more for torch.compile(module): CallCounter expects it
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+    jaxwatch = JaxWatch(lambda: steps.iteration)
+
+    def first_step(n: int) -> None:  # optimizer steps replace model calls as the loop's iterations
+        if n == 1:
+            calls.stop()
+            boundaries.clear()
+            jaxwatch.spans = [(0, name, secs) for _, name, secs in jaxwatch.spans]
+
+    def call_done(n: int) -> None:
+        steps.iteration = n
+        if events is not None:
+            boundaries.append(len(events.log))
+
+    steps.on_step.insert(0, first_step)
+    calls.on_call.append(call_done)
     if events is not None:
         steps.on_step.append(lambda n: boundaries.append(len(events.log)))
     observer = Observer(frames, steps)
-    jaxwatch = JaxWatch(lambda: steps.steps)
     jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
     call_sites = dynamo.CallSites(frames)
@@ -98,19 +138,25 @@ def main(argv: list[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, ns.timeout)
     t_start = time.perf_counter()
     steps.install()
+    calls.install()
     observer.__enter__()
     try:
         runpy.run_path(script, run_name="__main__")
     except StepLimitReached:
         record.status = "step_limit"
-    except SoftTimeout:
-        record.status = "timeout"
+    except (SoftTimeout, KeyboardInterrupt) as e:
+        timeout = isinstance(e, SoftTimeout)
+        record.status, record.exit_code = ("timeout", 124) if timeout else ("interrupted", 130)
+        tb = frames.trim_traceback(e.__traceback__)
+        record.stopped_at = [tb[-1]["file"], tb[-1]["line"]] if tb else None
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         record.exit_code = code
         if code != 0:
-            record.status = "error"
-            record.error = {"type": "SystemExit", "message": str(e.code), "traceback": []}
+            record.status = "exited"
+            said = "" if isinstance(e.code, int) else f": {e.code}"
+            record.error = {"type": "SystemExit", "message": f"the script exited with status {code}{said}",
+                            "traceback": frames.trim_traceback(e.__traceback__)}
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script goes into the record
         record.status = "error"
         record.exit_code = 1
@@ -127,15 +173,21 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - the script left its own mode on the stack; the record matters more
             record.note = "the script left a TorchFunctionMode active"
         steps.remove()
+        calls.remove()
         jaxwatch.remove()
         call_sites.remove()
         undo_numpy()
     t_end = time.perf_counter()
     record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
-    record.step_s = [b - a for a, b in zip([t_start, *steps.step_ends], steps.step_ends, strict=False)]
-    record.xla = jaxwatch.to_record(steps.steps)
+    ends = steps.step_ends
+    if not steps.steps and calls.calls:
+        record.loop, record.calls, record.call_sites, ends = "calls", calls.calls, calls.to_record(), calls.ends
+    elif steps.steps:
+        record.loop = "steps"
+    record.step_s = [b - a for a, b in zip([t_start, *ends], ends, strict=False)]
+    record.xla = jaxwatch.to_record(steps.iteration)
     observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks),
-                **_events_record(boundaries, steps.steps)}
+                **_events_record(boundaries, steps.iteration)}
     record = dataclasses.replace(record, **observed)  # a TypeError here: an observer's key is not a RunRecord field
     with open(ns.record, "w") as f:
         json.dump(record.to_dict(), f, default=str)  # default=str: a stray non-JSON value must not lose the record

@@ -8,7 +8,13 @@ import re
 
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
-from tputool.diagnose.rules import DIM_MULTIPLE, GRAPH_BREAK_HINTS, RECOMPILE_HINTS
+from tputool.diagnose.rules import (
+    DIM_MULTIPLE,
+    GRAPH_BREAK_HINTS,
+    MODE_SWITCH,
+    MODE_VARIANTS,
+    RECOMPILE_HINTS,
+)
 from tputool.rules.model import Severity
 from tputool.rules.runtime import BY_CODE, FIX
 
@@ -59,12 +65,12 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
         seen.add((s["file"], s["line"]))
         klass = _sync_class(s["count"], s["steps_seen"], steps)
         if klass == "loop":
-            during = f" in {s['steps_seen']} of {steps} steps" if steps else ""
+            during = f" in {s['steps_seen']} of {steps} {_unit(rec)}" if steps else ""
             out.append(_finding("TPU601", s["file"], s["line"],
                                 f"{s['kind']} waits for the device and copies to the host ({s['count']} times{during})",
                                 count=s["count"], steps=steps, kind=s["kind"]))
         else:
-            how = (f"in {s['steps_seen']} of {steps} steps (periodic, fine)" if klass == "periodic"
+            how = (f"in {s['steps_seen']} of {steps} {_unit(rec)} (periodic, fine)" if klass == "periodic"
                    else "once (outside the loop)")
             out.append(_finding("TPU809", s["file"], s["line"], f"{s['kind']} syncs the host {how}",
                                 count=s["count"], kind=s["kind"]))
@@ -170,6 +176,16 @@ def _recompiles(rec: RunRecord) -> list[Finding]:
             klass, fix = classify_recompile(c["recompile_reason"])
             n, _, example = classes.get(klass, (0, fix, c["recompile_reason"]))
             classes[klass] = (n + 1, fix, example)
+        switches = classes.get(MODE_SWITCH, (0,))[0]
+        if switches and switches < MODE_VARIANTS:  # one variant per mode: expected, not a problem
+            recompiles = [c for c in recompiles if classify_recompile(c["recompile_reason"])[0] != MODE_SWITCH]
+            del classes[MODE_SWITCH]
+            if not recompiles:
+                continue
+        elif switches:
+            classes[MODE_SWITCH] = (switches, "call it the same way in each mode (eval under torch.no_grad(), "
+                                    "the same autocast): more than one variant per mode recompiles",
+                                    classes[MODE_SWITCH][2])
         main_class, (_, fix, example) = max(classes.items(), key=lambda kv: kv[1][0])
         line = min(c["line"] for c in cs if c["resume_at"] is None) if any(c["resume_at"] is None for c in cs) \
             else cs[0]["line"]
@@ -261,7 +277,7 @@ def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
         out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
-                            f"(steps {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
+                            f"({_unit(rec)} {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
                             executables=by_name))
     return out
 
@@ -274,17 +290,34 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+# Signals that mean a crash in native code -> how to find where; others -> what usually sends them.
+_SIGNAL_FIX = {
+    "SIGSEGV": "a crash in native code (a C extension or the runtime): run `python -X faulthandler SCRIPT` "
+               "(diagnose's stderr already shows the Python stack) and report it with that stack",
+    "SIGKILL": "killed from outside: often the out-of-memory killer (check `dmesg`); lower the batch size",
+}
+_SIGNAL_FIX["SIGABRT"] = _SIGNAL_FIX["SIGBUS"] = _SIGNAL_FIX["SIGFPE"] = _SIGNAL_FIX["SIGSEGV"]
+
+
 def _run_status(rec: RunRecord) -> list[Finding]:
     out = []
     err = rec.error
-    if rec.status in ("error", "crashed") and err:
+    if rec.status in ("error", "exited", "crashed") and err:
         tb = err.get("traceback") or []
         file, line = (tb[-1]["file"], tb[-1]["line"]) if tb else (rec.script, 0)
         first = (err.get("message") or "").strip().split("\n", 1)[0]
-        out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
+        if rec.status == "exited":
+            out.append(_finding("TPU810", file, line, first, fix="the script chose to exit (sys.exit) with "
+                                f"status {rec.exit_code}; its own output says why", exit_code=rec.exit_code))
+        elif rec.status == "crashed":
+            fix = _SIGNAL_FIX.get(rec.signal or "", "see the script's output above for why it ended")
+            out.append(_finding("TPU810", file, line, first, fix=fix, exit_code=rec.exit_code, signal=rec.signal))
+        else:
+            out.append(_finding("TPU810", file, line, f"{err['type']}: {first}".strip().rstrip(":")))
     if rec.status == "timeout":
-        out.append(_finding("TPU811", rec.script, 0,
-                            f"stopped after {rec.timeout_s} s ({rec.steps} steps ran)"))
+        file, line = rec.stopped_at or (rec.script, 0)
+        at = f", at line {line}" if rec.stopped_at else ""
+        out.append(_finding("TPU811", file, line, f"stopped after {rec.timeout_s or 0:g} s{at} ({iterations(rec)} {_unit(rec)} ran)"))
     return out
 
 
@@ -307,8 +340,8 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
     times = rec.step_s
     late_time = sum(times[len(times) // 2:]) if len(times) >= 2 else 0.0
     late = xla.get("late_compile_s", 0.0)
-    run = rec.run_s or 0.0
-    share = f" ({total / run:.0%} of the run)" if run else ""
+    run = rec.wall_s or rec.run_s or 0.0  # the run time the report's header shows
+    share = f" ({total / run:.0%} of the {run:.1f} s run)" if run else ""
     msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
     if len(times) >= 2:
         msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
@@ -319,12 +352,83 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
                      late_compile_s=round(late, 3))]
 
 
+def _unit(rec: RunRecord) -> str:
+    """What the loop's iterations are called in messages."""
+    return "model calls" if rec.loop == "calls" else "steps"
+
+
+def iterations(rec: RunRecord) -> int:
+    """The loop's iterations: optimizer steps, or top-level model calls when no optimizer step ran."""
+    return int(rec.steps or 0) or (int(rec.calls or 0) if rec.loop == "calls" else 0)
+
+
 def findings_from_record(rec: RunRecord) -> list[Finding]:
     """Every runtime finding the record supports, unsorted."""
-    steps = int(rec.steps or 0)
+    steps = iterations(rec)
     found = [*_run_status(rec), *_host_syncs(rec, steps), *_dtypes(rec, steps), *_shapes(rec, steps),
-             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec)]
+             *_graph_breaks(rec, steps), *_recompiles(rec), *_events(rec, steps), *_compile_time(rec),
+             *per_shape_compiles(rec)]
     return _fold_xla_compiles(found)
+
+
+# A call site whose calls compiled new programs this many times after its first call, some of them in the
+# second half of its calls, recompiles per shape (TPU808 at that line); fewer is warm-up (buckets).
+PER_SHAPE_MIN_RECOMPILES = 2
+
+
+def varying_dims(shapes: list[dict[str, list[int]]]) -> list[tuple[str, int | None, list[int]]]:
+    """(input name, dimension (None: the rank varies), the values seen in order) for each varying dimension."""
+    out = []
+    for name in dict.fromkeys(k for s in shapes for k in s):
+        seen = [s[name] for s in shapes if name in s]
+        if len({len(x) for x in seen}) > 1:
+            out.append((name, None, [len(x) for x in seen]))
+            continue
+        for d in range(len(seen[0])):
+            values = [x[d] for x in seen]
+            if len(set(values)) > 1:
+                out.append((name, d, list(dict.fromkeys(values))))
+    return out
+
+
+def _dims_text(dims: list[tuple[str, int | None, list[int]]]) -> str:
+    def vals(v: list[int]) -> str:
+        return ", ".join(map(str, v[:8])) + (", ..." if len(v) > 8 else "")
+    return "; ".join(f"{name} rank varies ({vals(v)})" if d is None else f"{name} dim {d} varies ({vals(v)})"
+                     for name, d, v in dims)
+
+
+def per_shape_compiles(rec: RunRecord) -> list[Finding]:
+    """Call sites of a loop without an optimizer whose calls keep compiling XLA programs, one per new input
+    shape, into the second half of their calls: TPU808 at the calling line, naming the varying dimension."""
+    if rec.loop != "calls":
+        return []
+    out = []
+    for site in rec.call_sites:
+        n = site["calls"]
+        compiling = site["compiling"]
+        again = [c for c in compiling if c[0] > 0]
+        late = [c for c in again if c[0] >= n // 2]
+        if len(again) < PER_SHAPE_MIN_RECOMPILES or not late:
+            continue
+        dims = varying_dims([c[2] for c in compiling])
+        programs = sum(c[1] for c in compiling)
+        what = _dims_text(dims) or "the same input shapes (another input changes)"
+        if site.get("generate"):
+            fix = ("each generated token has a new sequence length: use a static KV cache "
+                   "(generate(..., cache_implementation='static')) and pad prompts to a few bucket lengths "
+                   "(tokenizer(..., padding='max_length') or pad_to_multiple_of=64)")
+        else:
+            first = next((f"{name} dim {d}" for name, d, _ in dims if d is not None), "the varying dimension")
+            fix = (f"pad {first} to a few fixed sizes (buckets: multiples of 64, or powers of 2) before the call, "
+                   "or drop the last partial batch (drop_last=True)")
+        out.append(_finding("TPU808", site["file"], site["line"],
+                            f"{len(compiling)} of {n} calls here compiled new XLA programs ({programs} in all, "
+                            f"{len(late)} in the second half of the calls), one per input shape: {what}",
+                            count=len(compiling), fix=fix, per_step=round(len(compiling) / n, 2) if n else None,
+                            per_shape=True, varying=[{"input": k, "dim": d, "values": v} for k, d, v in dims],
+                            generate=bool(site.get("generate"))))
+    return out
 
 
 _GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
@@ -333,23 +437,30 @@ _GRAPH_EXECUTABLE = re.compile(r"^graph\d*\.(forward|backward)$|^graph")
 def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
     """When Dynamo recompiles for changing shapes (TPU802), late XLA compiles (TPU808) are the same cause:
     those of compiled graphs are dropped, those of eager ops kept as notes pointing at the recompile."""
-    causes = [f for f in found if f.code in ("TPU802", "TPU808") and f.severity >= Severity.WARNING]
-    for f in found:
-        if f.code == "TPU812" and f.severity >= Severity.WARNING and causes:
+    out = _fold_late_compiles(found)
+    causes = sorted((f for f in out if f.code in ("TPU802", "TPU808") and f.severity >= Severity.WARNING),
+                    key=lambda f: not f.extra.get("per_shape"))
+    for f in out:
+        if f.code == "TPU812" and causes and (f.severity >= Severity.WARNING or f.extra.get("late_compile_s")):
             f.severity = Severity.INFO  # the cost of the recompiles already reported
             f.message += f" (see {causes[0].code} at {os.path.basename(causes[0].file)}:{causes[0].line})"
+    return out
+
+
+def _fold_late_compiles(found: list[Finding]) -> list[Finding]:
     shape_recompiles = [f for f in found if f.code == "TPU802" and f.severity >= Severity.WARNING
                         and "changing input shapes" in f.extra.get("classes", {})]
+    shape_recompiles += [f for f in found if f.extra.get("per_shape")]
     if not shape_recompiles:
         return found
     first = shape_recompiles[0]
     eager: dict[str, int] = {}
     for f in found:
-        if f.code == "TPU808":
+        if f.code == "TPU808" and not f.extra.get("per_shape"):
             for k, v in f.extra.get("executables", {}).items():
                 if not _GRAPH_EXECUTABLE.match(k):
                     eager[k] = eager.get(k, 0) + v
-    out = [f for f in found if f.code != "TPU808"]
+    out = [f for f in found if f.code != "TPU808" or f.extra.get("per_shape")]
     if eager:
         n = sum(eager.values())
         top = ", ".join(f"{k} x{v}" for k, v in sorted(eager.items(), key=lambda kv: -kv[1])[:3])

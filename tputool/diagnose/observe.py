@@ -34,6 +34,7 @@ class StepCounter:
 
     def __init__(self, max_steps: int | None) -> None:
         self.steps = 0
+        self.iteration = 0  # iterations done: optimizer steps, or top-level model calls before any step
         self.step_ends: list[float] = []  # time.perf_counter() when each step finished
         self.max_steps = max_steps
         self.on_step: list[Callable[[int], None]] = []
@@ -53,6 +54,7 @@ class StepCounter:
 
     def _hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
+        self.iteration = self.steps
         self.step_ends.append(time.perf_counter())
         for fn in self.on_step:
             fn(self.steps)
@@ -207,7 +209,7 @@ class Observer(TorchFunctionMode):
             return
         key = (kind, loc[0], loc[1], _device_type(args[0]) if args else "?", origin == "user")
         rec = self.syncs.get(key)
-        step = self.steps.steps
+        step = self.steps.iteration
         if rec is None:
             self.syncs[key] = [1, 1, step]
         else:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "error", "step_limit", "timeout", "crashed")
-"""How a run ended: normally, with an exception, at --max-steps, at --timeout, or with the child lost."""
+STATUSES = ("ok", "error", "exited", "step_limit", "timeout", "interrupted", "crashed")
+"""How a run ended: normally, with an exception, with a non-zero SystemExit, at --max-steps, at --timeout,
+interrupted (Ctrl-C / KeyboardInterrupt), or with the child lost (killed by a signal, os._exit)."""
 
 
 @dataclass
@@ -21,15 +22,20 @@ class RunRecord:
     script: str  # absolute path
     argv: list[str]
     status: str  # one of STATUSES
-    exit_code: int | None = 0
+    exit_code: int | None = 0  # the script's own status: SystemExit's code, 1 for an exception, 128+N for signal N
+    signal: str | None = None  # the signal's name (SIGSEGV) when the child was killed by one
+    stopped_at: list | None = None  # [file, line]: the last user line seen at --timeout or an interrupt
     max_steps: int | None = None
     timeout_s: float | None = None
     error: dict[str, Any] | None = None  # {type, message, traceback: [{file, line, function, text}]}
     note: str | None = None  # e.g. the script left a TorchFunctionMode active
     steps: int = 0  # optimizer steps seen
+    loop: str | None = None  # what an iteration was: "steps" (optimizer steps), "calls" (model calls), or None
+    calls: int = 0  # top-level model calls, counted when no optimizer step ran (inference, eval, generate)
+    call_sites: list[dict[str, Any]] = field(default_factory=list)  # tputool.diagnose.calls.CallCounter.to_record
     run_s: float | None = None  # the script's run, startup excluded
     startup_s: float | None = None
-    step_s: list[float] = field(default_factory=list)  # seconds of each step
+    step_s: list[float] = field(default_factory=list)  # seconds of each iteration (step or call)
     xla: dict[str, Any] = field(default_factory=dict)  # jaxwatch totals: compiles, compile_s, late_* ...
     # from the function mode (tputool.diagnose.observe)
     host_syncs: list[dict[str, Any]] = field(default_factory=list)  # kind, file, line, device, direct, count, steps_seen

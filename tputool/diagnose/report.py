@@ -1,14 +1,19 @@
 """Render a diagnose Report: a rich text report grouped by severity, or JSON for tools and CI.
 
 JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
-  schema: "tputool.diagnose/1"; script: path; status: ok | error | step_limit | timeout | crashed | static;
-  exit_code: the script's exit status; steps: optimizer steps run; wall_s / run_s: seconds (null for --static);
-  step_s: median seconds per step over the second half of the run (null with fewer than 2 steps);
+  schema: "tputool.diagnose/1"; script: path; status: ok | error | exited | step_limit | timeout | interrupted |
+  crashed | static; exit_code: the script's exit status (128+N when signal N killed it; see
+  tputool/diagnose/exits.py for diagnose's own); signal: null or its name ("SIGSEGV");
+  stopped_at: null or {file, line}, the last user line seen at --timeout or an interrupt; steps: optimizer steps run; wall_s / run_s: seconds (null for --static);
+  step_s: median seconds per step (per call for a loop without an optimizer) over the second half of the run
+  (null with fewer than 2); loop: "steps" | "calls" (model calls, no optimizer step: inference, generate) | null;
+  calls: top-level model calls counted when no optimizer step ran;
   devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
   verdict: the one-line summary; summary: {error, warning, info}: counts;
   findings: [{severity: error|warning|info, code, name, file, line (1-based; 0 for a finding about the whole
   run), message, fix, count, per_step (null when no steps ran), source: runtime|static,
-  extra: {...rule-specific...}}], most severe first;
+  extra: {...rule-specific...}}], most severe first; static findings of a run that no runtime finding
+  confirmed have source "static" and are not counted in the verdict (they are "static, not seen at runtime");
   error: null or {type, message, traceback: [{file, line, function, text}] (the user's frames only)}.
 """
 
@@ -40,26 +45,48 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-int(f.severity), -(f.per_step or 0), -f.count, f.file, f.line, f.code))
 
 
+def _where(f: Finding) -> str:
+    """`file:line`, or only the file for a finding about the whole run (line 0)."""
+    return f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
+
+
 def _label(f: Finding) -> str:
     title = f.extra.get("title") if f.source == "static" else None
     title = title or (BY_CODE[f.code].message if f.code in BY_CODE else f.name)
-    return f"{title} ({display_path(f.file)}:{f.line})"
+    return f"{title} ({_where(f)})"
+
+
+def _ending(report: Report) -> str | None:
+    """How the run ended, when that is the headline: failed, exited, killed, timed out, interrupted."""
+    err = report.error or {}
+    first = (err.get("message") or "").strip().split("\n", 1)[0]
+    if report.status == "error":
+        return f"The script failed: {err.get('type', 'error')}: {first}".rstrip(": ")
+    if report.status in ("exited", "crashed"):
+        return first[:1].upper() + first[1:] if first else f"The script ended with status {report.exit_code}"
+    at = f" at {display_path(report.stopped_at[0])}:{report.stopped_at[1]}" if report.stopped_at else ""
+    if report.status == "timeout":
+        return f"Stopped at --timeout{at}"
+    if report.status == "interrupted":
+        return f"Interrupted{at}"
+    return None
 
 
 def verdict(report: Report) -> str:
     """The one-line summary at the top of the report."""
-    problems = [f for f in report.findings if f.severity >= Severity.WARNING and f.code != "TPU810"]
-    notes = sum(1 for f in report.findings if f.severity == Severity.INFO)
+    problems = report.problems()
+    notes = sum(1 for f in report.findings if f.severity == Severity.INFO and f.source == "runtime")
+    unseen = len(report.static_unseen())
     tail = f" ({notes} note{'s' * (notes != 1)})" if notes else ""
-    if report.script_failed:
-        err = report.error or {}
-        first = (err.get("message") or "").strip().split("\n", 1)[0]
-        head = f"The script failed: {err.get('type', 'error')}: {first}".rstrip(": ")
-        if problems:
-            head += f"; also {len(problems)} problem{'s' * (len(problems) != 1)} for TPU"
-        return head + tail
+    if unseen:
+        tail += f" ({unseen} static finding{'s' * (unseen != 1)} not seen at runtime)"
     n = len(problems)
     top = "; ".join(_label(f) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
+    head = _ending(report)
+    if head is not None:
+        if problems:
+            head += f"; also {n} problem{'s' * (n != 1)} for TPU: {top}"
+        return head + tail
     if report.static_only:
         if not problems:
             return f"No problems found for TPU in this script (static analysis only){tail}."
@@ -73,20 +100,28 @@ def _run_line(report: Report) -> str:
     if report.static_only:
         return "static analysis only (the script was not run)"
     how = {"ok": "finished", "step_limit": "stopped at --max-steps", "timeout": "stopped at --timeout",
-           "error": "failed", "crashed": "crashed"}.get(report.status, report.status)
+           "error": "failed", "exited": f"exited with status {report.exit_code}", "interrupted": "interrupted",
+           "crashed": f"killed by {report.signal}" if report.signal else "crashed"}.get(report.status, report.status)
     accel = [d for d in report.devices if d != "cpu"] or report.devices
     devices = f" on {', '.join(accel)}" if accel else ""
     secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
-    step = f" ({report.step_s * 1000:.1f} ms/step in steady state)" if report.step_s is not None else ""
-    return f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}{devices}{secs}{step}; {how}"
+    unit = "call" if report.loop == "calls" else "step"
+    step = f" ({report.step_s * 1000:.1f} ms/{unit} in steady state)" if report.step_s is not None else ""
+    if report.loop == "calls":
+        ran = f"ran {report.calls} model call{'s' * (report.calls != 1)} (no optimizer step)"
+    else:
+        ran = f"ran {report.steps} optimizer step{'s' * (report.steps != 1)}"
+    return f"{ran}{devices}{secs}{step}; {how}"
 
 
 def to_json(report: Report) -> str:
     """The report as JSON (schema tputool.diagnose/1)."""
     doc = {
         "schema": SCHEMA, "script": display_path(report.script), "status": report.status,
-        "exit_code": report.exit_code, "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
-        "step_s": report.step_s, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
+        "exit_code": report.exit_code, "signal": report.signal,
+        "stopped_at": report.stopped_at and {"file": display_path(report.stopped_at[0]), "line": report.stopped_at[1]},
+        "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
+        "step_s": report.step_s, "loop": report.loop, "calls": report.calls, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
         "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.file),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
                       "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
@@ -105,16 +140,19 @@ def render_text(report: Report, console: object) -> None:
     c.print(f"[dim]{escape(display_path(report.script))}: {escape(_run_line(report))}[/dim]")
     if report.note:
         c.print(f"[dim]note: {escape(report.note)}[/dim]")
-    findings = sort_findings(report.findings)
-    for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO):
-        group = [f for f in findings if f.severity == sev]
+    unseen = report.static_unseen()
+    findings = sort_findings([f for f in report.findings if not any(f is u for u in unseen)])
+    groups = [(_HEADINGS[sev], _STYLE[sev], [f for f in findings if f.severity == sev])
+              for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO)]
+    groups.append(("STATIC, NOT SEEN AT RUNTIME", "dim", sort_findings(unseen)))
+    unit = "call" if report.loop == "calls" else "step"
+    for heading, style, group in groups:
         if not group:
             continue
-        c.print(f"\n[{_STYLE[sev]}]{_HEADINGS[sev]} ({len(group)})[/{_STYLE[sev]}]")
+        c.print(f"\n[{style}]{heading} ({len(group)})[/{style}]")
         for f in group:
-            rate = f" [dim]{f.per_step:g}/step[/dim]" if f.per_step is not None and f.count > 1 else ""
-            where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
-            c.print(f"  [{_STYLE[sev]}]{f.code}[/{_STYLE[sev]}] {escape(where)}  "
+            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 else ""
+            c.print(f"  [{_STYLE[f.severity]}]{f.code}[/{_STYLE[f.severity]}] {escape(_where(f))}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
             c.print(f"         [green]fix:[/green] {escape(f.fix)}")
     if report.error and report.error.get("traceback"):

@@ -26,6 +26,11 @@ GRAPH_BREAK_HINTS: tuple[tuple[str, str, str], ...] = (
      "move the call out of the compiled function, or wrap it as a torch.library custom op"),
 )
 
+# The recompile class of a train()/eval() or grad-mode switch: Dynamo compiles one variant per mode, which
+# is expected (not a problem) while a function has at most MODE_VARIANTS variants.
+MODE_SWITCH = "a train/eval (grad mode) switch"
+MODE_VARIANTS = 2
+
 # Dynamo guard-failure text (regex) -> (class of recompile, the fix). First match wins.
 RECOMPILE_HINTS: tuple[tuple[str, str, str], ...] = (
     (r"size mismatch|stride mismatch|\.size\(\)\[|\.stride\(\)\[", "changing input shapes",
@@ -39,6 +44,8 @@ RECOMPILE_HINTS: tuple[tuple[str, str, str], ...] = (
      "pass the scalar as a tensor (torch.tensor(v, device=...)) so it is an input"),
     (r"___check_obj_id|___check_type_id|\bid\(", "a different object each call",
      "reuse the same module/function object instead of building a new one per call"),
+    (r"grad_mode\s*$|\.training\s*==", MODE_SWITCH,
+     "nothing needed: one compiled variant for training and one for eval/no_grad"),
     (r"grad_mode|GLOBAL_STATE|autocast", "changing global state (grad mode, autocast)",
      "keep grad mode and autocast the same around each call"),
 )

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 
 from tputool.diagnose.model import Finding
+from tputool.rules.model import FixSafety
 from tputool.rules.runtime import BY_CODE, FIX
 
 
-def _fix_text(code: str, rule_doc: str, fixable: bool, path: str) -> str:
-    """The one-line fix: `tputool port` when check can rewrite it, else the rule's own advice."""
+def _fix_text(code: str, rule_doc: str, fixable: bool, path: str, unsafe: bool = False) -> str:
+    """The one-line fix: `tputool port` when check can rewrite it (with --unsafe-fixes when the rule's only
+    fix is unsafe), else the rule's own advice."""
     if fixable:
+        if unsafe:
+            return f"`tputool port --write --unsafe-fixes {path}` rewrites this (review the change: the fix is unsafe)"
         return f"`tputool port --write {path}` rewrites this"
     if code in FIX:
         return FIX[code]
@@ -33,7 +37,8 @@ def static_findings(script: str) -> list[Finding]:
         for f in r.findings:
             rule = rules.get(f.code)
             out.append(Finding(f.severity, f.code, rule.name if rule else f.code, os.path.abspath(r.path), f.line,
-                               f.message, _fix_text(f.code, rule.doc if rule else "", f.fixable, r.display), 1, None,
+                               f.message, _fix_text(f.code, rule.doc if rule else "", f.fixable, r.display,
+                                                  rule is not None and rule.fix is FixSafety.UNSAFE), 1, None,
                                "static", {"col": f.col, "fixable": f.fixable, "title": rule.message if rule else f.message,
                                           "patterns": list(rule.patterns) if rule else []}))
     return out

@@ -59,9 +59,10 @@ RULES: tuple[Rule, ...] = (
           "early (a host sync, a CPU fallback, a print). Frequent flushes mean small programs. Fix: remove the\n"
           "cause named in the message, or compile the step with torch.compile(backend='tpu').", ()),
     _rule("TPU807", "host-to-device", "host-to-device transfers", _I,
-          "Bytes copied from the host to the TPU per step. Input batches are expected; tensors created on the\n"
-          "CPU and moved each step (torch.tensor(...).to('tpu') in the loop) are not. Fix: create constants\n"
-          "on the device once, outside the loop; prefetch batches.", ()),
+          "Bytes copied from the host to the TPU per step. Input batches are expected and cost time only when\n"
+          "the step waits for them; tensors created on the CPU and moved each step (torch.tensor(...).to('tpu')\n"
+          "in the loop) are not. Fix: prefetch the next batch to the device while the current step runs; create\n"
+          "tensors that are the same every step directly on the device (device='tpu').", ()),
     _rule("TPU808", "xla-compile-in-loop", "XLA keeps compiling after warm-up", _W,
           "The backend compiled new XLA executables in the second half of the run, when every shape should\n"
           "have been seen already: inputs change shape (or dtype) from step to step, so each step pays a\n"
@@ -92,7 +93,8 @@ FIX: dict[str, str] = {
     "TPU804": "convert to float32/bfloat16 where the data enters (e.g. torch.from_numpy(a).float())",
     "TPU805": "use torch.bfloat16 instead of torch.float16",
     "TPU806": "remove the flush cause, or compile the step with torch.compile(backend='tpu')",
-    "TPU807": "create constant tensors on the device once, outside the loop",
+    "TPU807": "input batches must be copied: prefetch the next batch to the device while this step runs; "
+              "create tensors that are the same every step (masks, position ids) with device='tpu' instead",
     "TPU808": "pad the inputs to a few fixed shapes (buckets), e.g. DataLoader(drop_last=True)",
     "TPU812": "keep shapes and dtypes fixed after warm-up; compile the whole step with torch.compile(backend='tpu')",
     "TPU809": "nothing needed: a sync once or every few steps costs little",
