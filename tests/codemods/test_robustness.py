@@ -17,7 +17,6 @@ import pytest
 
 from tests.codemods.helpers import TRAIN, invoke, write
 from tputool.codemods import discover as disc
-from tputool.codemods import engine
 from tputool.codemods.config import ProjectConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +183,6 @@ def test_an_invalid_discovered_pyproject_is_an_error(tmp_path):
 
 _SLOW = """
 import sys, time
-from tputool.codemods import engine
 real = engine.analyze
 def slow(*a, **k):
     print("started", flush=True)
@@ -376,3 +374,66 @@ def test_usage_errors_are_one_line_like_user_errors(tmp_path, args, needle):
     res = invoke(*args, cwd=tmp_path)
     assert res.exit_code == 2, res.output
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: ") and needle in res.stderr, res.stderr
+
+
+# --- port time grows about linearly: the diff of a big file ----------------------------------------------
+
+def _apply(old: str, diff: str) -> str:
+    """Apply a unified diff to `old` (enough of patch(1) for the tests)."""
+    a, out, i = old.splitlines(keepends=True), [], 0
+    lines = diff.splitlines(keepends=True)[2:]
+    k = 0
+    while k < len(lines):
+        m = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", lines[k])
+        start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+        out += a[i:start]
+        i = start
+        k += 1
+        while k < len(lines) and not lines[k].startswith("@@"):
+            tag, text = lines[k][0], lines[k][1:]
+            if k + 1 < len(lines) and lines[k + 1].startswith("\\"):
+                text = text[:-1]
+                k += 1
+            if tag in " -":
+                assert a[i] == text
+                i += 1
+            if tag in " +":
+                out.append(text)
+            k += 1
+    return "".join(out + a[i:])
+
+
+def test_diff_of_random_edits_applies_back():
+    import random
+
+    from tputool.codemods.engine import unified_diff
+
+    rng = random.Random(7)
+    for trial in range(200):
+        old = [rng.choice(["a\n", "b\n", "c\n", f"u{rng.random()}\n", "x = 1\n"]) for _ in range(rng.randint(0, 40))]
+        new = list(old)
+        for _ in range(rng.randint(1, 6)):
+            op, at = rng.random(), rng.randint(0, len(new))
+            if op < 0.4 and at < len(new):
+                del new[at]
+            elif op < 0.7:
+                new.insert(at, rng.choice(["a\n", "n\n", f"v{trial}\n"]))
+            elif at < len(new):
+                new[at] = "changed\n"
+        old_s, new_s = "".join(old), "".join(new).rstrip("\n") if trial % 5 == 0 else "".join(new)
+        d = unified_diff(old_s, new_s, "f.py")
+        assert (d == "") == (old_s == new_s)
+        if d:
+            assert d.startswith("--- a/f.py\n+++ b/f.py\n@@ ")
+            assert _apply(old_s, d) == new_s
+
+
+def test_diff_of_a_big_evenly_changed_file_is_fast():
+    from tputool.codemods.engine import unified_diff
+
+    old = "".join(f"def f_{i}(m):\n    m = m.cuda()\n    return m\n" for i in range(10000))  # 330 KB
+    new = old.replace("m.cuda()", "m.to('tpu')")
+    t = time.monotonic()
+    d = unified_diff(old, new, "gen.py")
+    assert time.monotonic() - t < 10  # difflib alone: over 100 s
+    assert d.count("\n-    m = m.cuda()") == 10000 and _apply(old, d) == new

@@ -85,10 +85,7 @@ class _App(TyperGroup):
         except typer.TyperException as e:
             typer.echo(_one_line(e), err=True)
             sys.exit(2 if isinstance(e, _click_errors.UsageError) else e.exit_code)
-        except UserError as e:
-            typer.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except (KeyboardInterrupt, typer.Abort):
+        except typer.Abort:
             typer.echo("interrupted", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -131,5 +128,16 @@ _run.register(app)
 
 
 def main() -> None:
-    """Console-script entry point: usage and user errors become one `error: ...` line and exit status 2."""
-    app()
+    """Console-script entry point: usage and user errors become one `error: ...` line and exit status 2.
+
+    A UserError raised by a command passes through the app (tests see it as the result's exception) and is
+    printed here, in the same style as the usage errors `_App.main` prints.
+    """
+    try:
+        app()
+    except UserError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)

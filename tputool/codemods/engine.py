@@ -6,8 +6,9 @@ it never writes; `writer.apply()` writes what it returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import difflib
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ from pathlib import Path
 from tputool.codemods import notebook
 from tputool.codemods.config import ProjectConfig
 from tputool.codemods.discover import TOO_LARGE, NotReadable, SourceFile, discover, read_regular
+from tputool.codemods.linediff import unified_diff
 from tputool.codemods.text_scan import scan_text
 from tputool.codemods.textio import decode_python, decode_text, encode
 from tputool.rules.model import Finding, Settings
@@ -88,16 +90,6 @@ def python_backend() -> tuple[PythonPorter, tuple[bytes, ...], type[Exception]]:
     return port_python, tuple(PYTHON_TRIGGERS), libcst.ParserSyntaxError
 
 
-def unified_diff(old: str, new: str, display: str) -> str:
-    """A git-style unified diff (a/ and b/ prefixes); marks a missing final newline like diff(1)."""
-    name = display.lstrip("/")
-    out = []
-    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                     f"a/{name}", f"b/{name}"):
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
-
-
 def _parse_error(path: str, line: int, col: int, why: str, settings: Settings, cell: int | None = None
                  ) -> list[Finding]:
     if not settings.enabled("TPU900"):
@@ -133,6 +125,23 @@ def _syntax_position(exc: Exception) -> tuple[int, int, str]:
     return int(line), int(col), msg
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """No cyclic garbage collection while one file is rewritten.
+
+    libcst builds millions of objects for a big file; every full collection walks all of them, which made
+    port time grow with the square of the file size (1 MB: 37 s with, 23 s without). The trees hold almost
+    no cycles, so reference counting frees them; the collector runs again as soon as the file is done.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def analyze(src: SourceFile, data: bytes, settings: Settings, run_python: bool, want_diff: bool) -> FileResult:
     """Run every enabled rule over one file's bytes; never raises for bad input (reports TPU900)."""
     res = FileResult(src.path, src.display, tuple(sorted(src.kinds)), digest=hashlib.sha1(data).hexdigest())
@@ -153,7 +162,8 @@ def analyze(src: SourceFile, data: bytes, settings: Settings, run_python: bool, 
         if run_python:
             port_python, _, parse_error = python_backend()
             try:
-                new_text, findings = port_python(dec.text, src.display, settings)
+                with _no_gc():
+                    new_text, findings = port_python(dec.text, src.display, settings)
             except parse_error as e:
                 line, col, msg = _syntax_position(e)
                 res.status = UNPARSABLE
@@ -207,7 +217,8 @@ def _analyze_notebook(res: FileResult, src: SourceFile, data: bytes, settings: S
     res.encoding = dec.encoding
     port_python, _, parse_error = python_backend()
     try:
-        new_code, findings = port_python(nb.code, src.display, settings)
+        with _no_gc():
+            new_code, findings = port_python(nb.code, src.display, settings)
     except parse_error as e:
         line, col, msg = _syntax_position(e)
         cell, line = nb.locate(line)
