@@ -437,3 +437,22 @@ def test_diff_of_a_big_evenly_changed_file_is_fast():
     d = unified_diff(old, new, "gen.py")
     assert time.monotonic() - t < 10  # difflib alone: over 100 s
     assert d.count("\n-    m = m.cuda()") == 10000 and _apply(old, d) == new
+
+
+def test_no_cyclic_gc_while_a_file_is_rewritten(tmp_path, monkeypatch):
+    import gc
+
+    from tputool.codemods import engine
+
+    seen = []
+    port_python, triggers, parse_error = engine.python_backend()
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return port_python(*a, **k)
+
+    monkeypatch.setattr(engine, "python_backend", lambda: (spy, triggers, parse_error))
+    write(tmp_path, "a.py", TRAIN)
+    result = engine.run([str(tmp_path)], ProjectConfig(root=tmp_path), jobs=1)
+    assert result.files[0].status == engine.CHANGED
+    assert seen == [False] and gc.isenabled()  # full collections walked every CST node: quadratic time
