@@ -183,6 +183,7 @@ def test_an_invalid_discovered_pyproject_is_an_error(tmp_path):
 
 _SLOW = """
 import sys, time
+from tputool.codemods import engine
 real = engine.analyze
 def slow(*a, **k):
     print("started", flush=True)

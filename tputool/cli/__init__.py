@@ -80,8 +80,10 @@ class _App(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _click_errors.NoArgsIsHelpError as e:
-            e.show()
-            sys.exit(0)
+            text = e.format_message()  # with rich, the help was printed when the error was made
+            if text.strip():
+                typer.echo(text)
+            sys.exit(e.exit_code)
         except typer.TyperException as e:
             typer.echo(_one_line(e), err=True)
             sys.exit(2 if isinstance(e, _click_errors.UsageError) else e.exit_code)
