@@ -136,11 +136,11 @@ def _nothing_found(result, paths: list[str]) -> bool:
     return True
 
 
-def _interrupted(result) -> None:
-    """Ctrl-C: say so, list what was already written, exit 130 (no traceback)."""
+def _interrupted(result, writes: bool = True) -> None:
+    """Ctrl-C: say so, list what was already written (when the command writes), exit 130 (no traceback)."""
     written = [r.display for r in (result.files if result is not None else []) if r.written]
-    typer.echo("interrupted" + (f"; {len(written)} file(s) already written:" if written else "; no file written"),
-               err=True)
+    done = f"; {len(written)} file(s) already written:" if written else "; no file written"
+    typer.echo("interrupted" + (done if writes else ""), err=True)
     for d in written:
         typer.echo(f"  {d}", err=True)
     raise typer.Exit(130)
@@ -348,7 +348,7 @@ def check(
                       bar=_Progress(progress, verbose, "checking"), unsafe_fixes=unsafe_fixes, select=sel,
                       ignore=ign, exclude=exclude or (), only=only, jobs=jobs or None)
     except KeyboardInterrupt:
-        _interrupted(None)
+        _interrupted(None, writes=False)
     if _nothing_found(result, paths):
         return
     failing = [f for f in result.findings if f.severity >= threshold]
