@@ -88,8 +88,8 @@ class _App(TyperGroup):
             typer.echo(_one_line(e), err=True)
             sys.exit(2 if isinstance(e, _click_errors.UsageError) else e.exit_code)
         except typer.Abort:
-            typer.echo("interrupted", err=True)
-            sys.exit(130)
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
