@@ -13,7 +13,7 @@ def tune_cmd(
                                "instead of measuring here."),
     out: str = typer.Option("tputool-tune.yaml", "--out", help="Where to write the winning configuration."),
     cpu_devices: int = typer.Option(None, "--cpu-devices", help="Measure on N simulated CPU devices."),
-    fraction: float = typer.Option(1 / 3, "--fraction", help="Largest share of candidates to run (measured mode)."),
+    fraction: float = typer.Option(1 / 3, "--fraction", show_default="1/3", help="Largest share of candidates to run (measured mode)."),
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes per data shard to try."),
     remat: str = typer.Option("none,save-dots,full", "--remat", help="Remat policies to try."),
     attention: str = typer.Option("plain,chunked:16", "--attention", help="Attention implementations to try."),

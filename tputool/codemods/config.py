@@ -9,11 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tputool.codemods.discover import glob_match
+from tputool.codemods.discover import DEFAULT_MAX_FILE_SIZE, glob_match
 from tputool.errors import UserError
 from tputool.rules.model import Settings, Severity
 
-_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "unsafe-fixes", "fail-on")
+_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "unsafe-fixes", "fail-on", "max-file-size")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
 _CODE_PREFIX = re.compile(r"^TPU\d{0,3}$")
 
 
@@ -29,6 +30,7 @@ class ProjectConfig:
     exclude: tuple[str, ...] = ()
     unsafe_fixes: bool = False
     fail_on: Severity | None = None
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
 
     def settings_for(self, rel: str) -> Settings:
         """The rule settings for one file: global select/ignore plus matching per-file ignores."""
@@ -43,6 +45,16 @@ def parse_severity(value: str, where: str) -> Severity:
         return Severity[str(value).strip().upper()]
     except KeyError:
         raise UserError(f"{where}: fail-on must be error, warning or info, not {value!r}") from None
+
+
+def parse_size(value: object, where: str) -> int:
+    """A file size: bytes as an integer, or a string like "500K", "2MB", "1.5M" (powers of 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _SIZE.match(value) if isinstance(value, str) else None
+    if m is None or float(m.group(1)) <= 0:
+        raise UserError(f"{where}: max-file-size must be a positive size like 1048576, 500K or 2MB, not {value!r}")
+    return int(float(m.group(1)) * 1024 ** " KMG".index(m.group(2).upper() or " "))
 
 
 def check_codes(values: Iterable[str], known: Iterable[str], where: str) -> frozenset[str]:
@@ -77,7 +89,7 @@ def _read_toml(path: Path) -> dict:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML: {e}") from None
+        raise UserError(f"{path}: invalid TOML: {str(e).splitlines()[0] if str(e) else e}") from None
     except OSError as e:
         raise UserError(f"cannot read config {path}: {e.strerror}") from None
 
@@ -88,14 +100,9 @@ def find_config(paths: Sequence[str]) -> Path | None:
     for d in (here, *here.parents):
         cand = d / "pyproject.toml"
         if cand.is_file():
-            try:
-                with open(cand, "rb") as f:
-                    data = tomllib.load(f)
-            except (tomllib.TOMLDecodeError, OSError):
-                if b"[tool.tputool]" in cand.read_bytes():
-                    return cand  # ours, but broken: load_config reports the error
-                continue
-            if "tputool" in data.get("tool", {}):
+            data = _read_toml(cand)  # a broken pyproject.toml is an error, never silently skipped
+            tool = data.get("tool", {})
+            if isinstance(tool, dict) and "tputool" in tool:
                 return cand
     return None
 
@@ -148,4 +155,6 @@ def load_config(paths: Sequence[str], config_file: str | None, known_codes: Iter
         cfg.unsafe_fixes = table["unsafe-fixes"]
     if "fail-on" in table:
         cfg.fail_on = parse_severity(table["fail-on"], where)
+    if "max-file-size" in table:
+        cfg.max_file_size = parse_size(table["max-file-size"], where)
     return cfg

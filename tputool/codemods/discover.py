@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tputool.codemods.gitignore import Ignores
 from tputool.errors import UserError
 
 # Directory names never descended into (hidden directories are skipped too).
@@ -16,8 +18,10 @@ SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", "build", "dist",
      "site-packages", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs"}
 )
-# Non-Python text files larger than this are data, not configuration: not scanned.
-MAX_TEXT_BYTES = 2 * 1024 * 1024
+# Files larger than this are skipped with a TPU940 finding (generated code, data); `--max-file-size` changes it.
+DEFAULT_MAX_FILE_SIZE = 1024 * 1024
+# Why a listed file is not analysed (SourceFile.skip).
+NOT_REGULAR, TOO_LARGE = "not a regular file", "too large"
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
@@ -31,6 +35,9 @@ class SourceFile:
     display: str
     rel: str  # posix, relative to the config root (used for exclude / per-file-ignores globs)
     kinds: frozenset[str]
+    skip: str | None = None  # NOT_REGULAR / TOO_LARGE: listed and reported, never read
+    size: int = 0
+    outside: bool = False  # reached through a symlink to a file outside the scanned paths: never written
 
     @property
     def is_python(self) -> bool:
@@ -44,6 +51,8 @@ def classify(name: str, parent: str = "") -> frozenset[str]:
     Kinds: python, shell, docker, make, config, deps (dependency lists), cuda, cmake.
     """
     lower = name.lower()
+    if lower.endswith(".ipynb"):
+        return frozenset({"python", "notebook"})
     if name == "setup.py":
         return frozenset({"python", "deps"})
     if lower.endswith(".py"):
@@ -102,52 +111,96 @@ def _rel(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+def _git_root(start: Path) -> Path | None:
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def _start_ignores(start: Path) -> Ignores:
+    """The .gitignore files that apply at `start`: its own and its ancestors' up to the git work tree's top."""
+    ignores = Ignores()
+    top = _git_root(start)
+    chain = [start] if top is None else [start, *start.parents[:len(start.relative_to(top).parts)]]
+    for d in chain:
+        ignores.load(d)
+    return ignores
+
+
 def discover(paths: Sequence[str], root: Path, exclude: Sequence[str] = (),
-             only: Iterable[Path] | None = None) -> list[SourceFile]:
-    """Every scannable file under `paths` (files or directories), sorted, de-duplicated.
+             only: Iterable[Path] | None = None, max_size: int = DEFAULT_MAX_FILE_SIZE,
+             gitignore: bool = True) -> list[SourceFile]:
+    """Every scannable file under `paths` (files or directories), sorted, de-duplicated by resolved path.
 
     `root` anchors exclude globs; `only`, when given, keeps just those absolute paths (--changed-since).
-    Raises UserError for a path that does not exist.
+    Directory walks honour .gitignore files; files that are not regular (FIFOs, devices, sockets) or are
+    bigger than `max_size` are listed with `skip` set and are never opened. A symlink to a file outside
+    every scanned path is read but marked `outside` (never written through).
+    Raises UserError for a path that does not exist or a named path that is not a regular file.
     """
     root = root.resolve()
     keep = None if only is None else {p.resolve() for p in only}
-    found: dict[str, SourceFile] = {}
+    found: dict[tuple[int, int], SourceFile] = {}
+    starts = []
+    for raw in paths:
+        start = Path(raw).absolute()
+        try:
+            st = os.stat(start)
+        except OSError:
+            raise UserError(f"path does not exist: {raw}") from None
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise UserError(f"not a regular file or directory: {raw}")
+        starts.append((raw, start.resolve(), stat.S_ISDIR(st.st_mode)))
+    roots = [s for _, s, is_dir in starts if is_dir]
 
-    def add(p: Path) -> None:
-        rel = _rel(p, root)
-        if keep is not None and p not in keep:
-            return
-        if any(glob_match(rel, g) for g in exclude):
-            return
+    def inside(real: Path) -> bool:
+        return any(real == r or r in real.parents for r in roots)
+
+    def add(p: Path, named: bool) -> None:
         kinds = classify(p.name, p.parent.name)
         if not kinds:
             return
-        if "python" not in kinds:
-            try:
-                if p.stat().st_size > MAX_TEXT_BYTES:
-                    return
-            except OSError:
-                return
-        found.setdefault(str(p), SourceFile(str(p), display_path(p), rel, kinds))
+        real = p.resolve()
+        if keep is not None and real not in keep and p not in keep:
+            return
+        rel = _rel(p, root)
+        if any(glob_match(rel, g) for g in exclude):
+            return
+        try:
+            st = os.stat(p)
+        except OSError:
+            return  # a dangling symlink
+        skip = None
+        if not stat.S_ISREG(st.st_mode):
+            skip = NOT_REGULAR
+        elif st.st_size > max_size:
+            skip = TOO_LARGE
+        outside = not named and p.is_symlink() and not inside(real)
+        src = SourceFile(str(p), display_path(p), rel, kinds, skip, st.st_size, outside)
+        key = (st.st_dev, st.st_ino)  # a file reached twice (symlink, hard link) is read once,
+        old = found.get(key)  # under its own path when that is scanned
+        if old is None or (Path(old.path) != Path(old.path).resolve() and p == real):
+            found[key] = src
 
-    for raw in paths:
-        start = Path(raw).absolute()
-        if not start.exists():
-            raise UserError(f"path does not exist: {raw}")
-        start = start.resolve()
-        if start.is_file():
-            add(start)
+    for _raw, start, is_dir in starts:
+        if not is_dir:
+            add(start, True)
             continue
+        ignores = _start_ignores(start) if gitignore else None
         for dirpath, dirnames, filenames in os.walk(start):
             base = Path(dirpath)
+            if ignores is not None:
+                ignores.load(base)
             dirnames[:] = sorted(
                 d for d in dirnames
                 if d not in SKIP_DIRS and not d.startswith(".") and not d.endswith(".egg-info")
                 and not any(glob_match(_rel(base / d, root), g) for g in exclude)
+                and not (ignores is not None and ignores.ignored(base / d, True))
             )
             for name in sorted(filenames):
-                if not name.startswith("."):
-                    add(base / name)
+                if not name.startswith(".") and not (ignores is not None and ignores.ignored(base / name, False)):
+                    add(base / name, False)
     return sorted(found.values(), key=lambda f: f.display)
 
 
@@ -184,3 +237,28 @@ def changed_files(ref: str, near: Path) -> set[Path]:
     untracked = _git(["ls-files", "--others", "--exclude-standard", "-z"], top)
     names = [n for n in (diff + untracked).split("\0") if n]
     return {(top / n).resolve() for n in names}
+
+
+class NotReadable(Exception):
+    """A listed file turned out not to be a regular file, or to be over the size cap, when it was opened."""
+
+
+def read_regular(path: str, max_size: int) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_size` of them.
+
+    Opens without blocking (a FIFO swapped in since discovery does not hang) and checks the opened file
+    itself, so a device or a file that grew past the cap raises NotReadable instead of being read.
+    OSError propagates.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotReadable(NOT_REGULAR)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_size + 1)
+        if len(data) > max_size:
+            raise NotReadable(TOO_LARGE)
+        return data
+    finally:
+        os.close(fd)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from tputool import __version__
-from tputool.codemods.engine import CHANGED, ERROR, PREFILTERED, UNPARSABLE, RunResult
+from tputool.codemods.discover import NOT_REGULAR, TOO_LARGE
+from tputool.codemods.engine import CHANGED, ERROR, PREFILTERED, SKIPPED, UNPARSABLE, RunResult
 from tputool.rules.catalogue import all_rules
 from tputool.rules.model import Finding, Rule, Severity
 
@@ -29,9 +30,11 @@ def summary(result: RunResult) -> dict[str, Any]:
         by_class[rule.rule_class.value if rule else "?"] += 1
     fixed = sum(f.fixed for f in findings)
     return {
-        "files_scanned": len(files),
-        "python_files": sum("python" in r.kinds for r in files),
-        "other_files": sum("python" not in r.kinds for r in files),
+        "files_scanned": sum(r.status != SKIPPED for r in files),
+        "skipped": {"not_regular": sum(r.skip == NOT_REGULAR for r in files),
+                    "too_large": sum(r.skip == TOO_LARGE for r in files)},
+        "python_files": sum("python" in r.kinds and r.status != SKIPPED for r in files),
+        "other_files": sum("python" not in r.kinds and r.status != SKIPPED for r in files),
         "skipped_by_prefilter": sum(r.status == PREFILTERED for r in files),
         "changed": sum(r.status == CHANGED or r.written for r in files),
         "written": sum(r.written for r in files),
@@ -55,9 +58,20 @@ def tag(f: Finding, command: str) -> str:
     return ""
 
 
+def location(f: Finding) -> str:
+    """`path:line:col`, or `path:cell N:line:col` for a finding in a notebook cell (as ruff prints it)."""
+    cell = f.extra.get("cell") if f.extra else None
+    return f"{f.path}:{'' if cell is None else f'cell {cell}:'}{f.line}:{f.col}"
+
+
 def finding_lines(result: RunResult, command: str) -> list[str]:
     """One `path:line:col: CODE [tag] message` line per finding."""
-    return [f"{f.path}:{f.line}:{f.col}: {f.code} {tag(f, command)}{f.message}" for f in result.findings]
+    return [f"{location(f)}: {f.code} {tag(f, command)}{f.message}" for f in result.findings]
+
+
+def skipped_lines(result: RunResult) -> list[str]:
+    """One `note: PATH: skipped: WHY` line per file listed but not read."""
+    return [f"note: {r.display}: skipped: {r.skip}" for r in result.files if r.status == SKIPPED]
 
 
 def problem_lines(result: RunResult) -> list[str]:
@@ -83,6 +97,10 @@ def summary_table(result: RunResult, command: str):  # -> rich.table.Table
     t.add_column()
     t.add_row("files scanned", str(s["files_scanned"]), f"{s['python_files']} python, {s['other_files']} other")
     t.add_row("skipped by pre-filter", str(s["skipped_by_prefilter"]), "no CUDA-related text, not parsed")
+    sk = s["skipped"]
+    if sk["not_regular"] or sk["too_large"]:
+        t.add_row("skipped, not read", str(sk["not_regular"] + sk["too_large"]),
+                  f"{sk['not_regular']} not a regular file, {sk['too_large']} over max-file-size")
     if command == "port":
         note = f"written: {s['written']}" if s["written"] else "not written (use --write to apply)"
         t.add_row("changed", str(s["changed"]), note)

@@ -1,4 +1,13 @@
-"""Write ported files atomically: temp file in the same directory, same mode, then os.replace."""
+"""Write ported files without ever leaving one half-written.
+
+A file with one link is replaced atomically: the new bytes go to a temp file in the same directory
+(same permission bits, fsynced), then `os.replace`. A file with several hard links is rewritten in place,
+so every link sees the new text: the full new text is first made durable in a temp file beside it, then
+copied over the original inode and fsynced; if that copy fails (disk full, Ctrl-C) the original bytes are
+put back. The trade-off: only a crash of the machine or a SIGKILL during that copy can leave the original
+half-written, and then the temp copy (`.NAME.*.tputool-tmp`) holds the complete new text.
+Read-only files and symlinks to files outside the scanned paths are reported and never written.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +20,8 @@ from tputool.codemods.engine import CHANGED, ERROR, RunResult
 from tputool.codemods.textio import encode
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace the file at `path` (following symlinks) with `data`, keeping its permission bits.
-
-    Either the old or the new content is on disk at any moment; on failure the temp file is removed.
-    """
-    target = os.path.realpath(path)
-    mode = stat.S_IMODE(os.stat(target).st_mode)
+def _temp_copy(target: str, data: bytes, mode: int) -> str:
+    """A fsynced temp file beside `target` holding `data` with permission bits `mode`; returns its path."""
     directory, name = os.path.split(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tputool-tmp", dir=directory)
     try:
@@ -26,30 +30,94 @@ def write_atomic(path: str, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace the file at `path` (following symlinks) with `data`, keeping its permission bits.
+
+    Either the old or the new content is on disk at any moment; on failure the temp file is removed.
+    """
+    target = os.path.realpath(path)
+    tmp = _temp_copy(target, data, stat.S_IMODE(os.stat(target).st_mode))
+    try:
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def write_in_place(path: str, data: bytes, old: bytes) -> None:
+    """Rewrite the file at `path` through its own inode (hard links keep sharing it); `old` is its content.
+
+    The new text is durable in a temp file first; a failed copy restores `old` before re-raising.
+    """
+    target = os.path.realpath(path)
+    tmp = _temp_copy(target, data, 0o600)
+    try:
+        with open(target, "r+b") as f:
+            try:
+                f.write(data)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                f.seek(0)
+                f.write(old)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+                raise
+    finally:
+        _unlink(tmp)
+
+
+def refusal(path: str) -> str | None:
+    """Why the file at `path` must not be written (read-only), or None."""
+    st = os.stat(path)
+    if not st.st_mode & stat.S_IWUSR or not os.access(path, os.W_OK):
+        return "file is read-only; not written"
+    return None
 
 
 def apply(result: RunResult) -> int:
     """Write every changed file of `result`; returns how many were written.
 
-    A file whose bytes changed since it was read, or that cannot be written, is marked ERROR and skipped.
+    A file whose bytes changed since it was read, that is read-only, reached through a symlink from
+    outside the scanned paths, or that cannot be written is marked ERROR and skipped.
     """
     written = 0
     for r in result.files:
         if r.status != CHANGED or r.new_text is None or r.encoding is None:
             continue
+        if r.outside:
+            r.status, r.error = ERROR, "symlink to a file outside the scanned paths; not written through"
+            continue
         try:
             with open(r.path, "rb") as f:
-                if hashlib.sha1(f.read()).hexdigest() != r.digest:
-                    r.status, r.error = ERROR, "file changed on disk while porting; not written"
-                    continue
-            write_atomic(r.path, encode(r.new_text, r.encoding))
+                old = f.read()
+            if hashlib.sha1(old).hexdigest() != r.digest:
+                r.status, r.error = ERROR, "file changed on disk while porting; not written"
+                continue
+            why = refusal(r.path)
+            if why is not None:
+                r.status, r.error = ERROR, why
+                continue
+            data = encode(r.new_text, r.encoding)
+            if os.stat(r.path).st_nlink > 1:
+                write_in_place(r.path, data, old)
+            else:
+                write_atomic(r.path, data)
         except OSError as e:
             r.status, r.error = ERROR, f"cannot write: {e.strerror or e}"
             continue

@@ -136,6 +136,11 @@ Finds CUDA builds in CMake: enable_language(CUDA), LANGUAGES ... CUDA, find_pack
 CUDA_ARCHITECTURES (CUDAExtension in setup.py is a Python rule, TPU502). The extension needs nvcc and
 produces GPU code only; port its ops (see TPU930) and build a CPU-only extension or none.
 """, (62,)),
+    _rule("TPU940", "file-too-large", INFO, REVIEW, "file larger than max-file-size; skipped, not read", """
+The file is bigger than the size cap (1 MB by default; `--max-file-size` or `max-file-size` in
+[tool.tputool]), so it was neither read nor rewritten: files that big are almost always generated code or
+data. Port the generator instead, or raise the cap if the file really is hand-written source.
+"""),
 ]
 
 TEXT_RULES: dict[str, Rule] = {r.code: r for r in _RULE_LIST}
