@@ -214,3 +214,18 @@ def test_guarded_data_parallel_is_a_warning():
 def test_bare_int_device_is_informational():
     _, findings = port("x = x.to(0)\n")
     assert [(f.code, f.severity) for f in findings] == [("TPU110", Severity.INFO)]
+
+
+def test_uses_of_an_optional_import_are_informational():
+    _, findings = port("""
+        try:
+            from apex import amp
+            has_apex = True
+        except ImportError:
+            amp = None
+            has_apex = False
+        def step(loss, opt):
+            with amp.scale_loss(loss, opt) as scaled:
+                scaled.backward()
+        """)
+    assert findings and all(f.severity is Severity.INFO for f in findings)

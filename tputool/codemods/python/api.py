@@ -104,6 +104,9 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
                 or (key == "torch.set_default_tensor_type" and "cuda" not in t.code(t.parent(orig) or orig)):
             return upd
         severity, message = _guarded(t, orig) if ref.code == "TPU410" else (None, ref.message)
+        if t.optional_import(orig):
+            severity = Severity.INFO
+            message = f"{ref.message} (through an optional import: runs only where the library is installed)"
         t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
         return upd
     # RENAME

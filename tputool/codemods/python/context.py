@@ -45,6 +45,7 @@ class PortBase(cst.CSTTransformer):
         self.removed_lines: dict[int, cst.CSTNode] = {}  # placeholder lines standing for removed statements
         self._device_names: frozenset[str] | None = None
         self._text: str | None = None
+        self._optional: frozenset[str] | None = None
         self.reported_once: set[str] = set()  # codes reported once per file (TPU603)
 
     # ---- names and positions ----
@@ -83,6 +84,21 @@ class PortBase(cst.CSTTransformer):
         if text is None:
             text = self._text = "\n".join(self.lines)
         return any(w in text for w in words)
+
+    def optional_import(self, node: cst.CSTNode) -> bool:
+        """True when an original dotted reference starts at a name bound by an optional (try/except ImportError)
+        module-level import: the code using it runs only where that library is installed."""
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return False
+        names = self._optional
+        if names is None:
+            from tputool.codemods.python.imports import optional_names
+
+            names = self._optional = optional_names(self.wrapper.module)
+        return root.value in names
 
     def device_names(self) -> frozenset[str]:
         """Names this module assigns from a device value (see device_flow), computed once per file."""

@@ -44,17 +44,39 @@ def import_findings(t: PortBase, node: cst.Import | cst.ImportFrom) -> None:
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 
 
+def optional_names(module: cst.Module) -> frozenset[str]:
+    """Names bound by module-level imports inside `try: ... except ImportError:` (optional dependencies)."""
+    names: set[str] = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.Try) or not _catches_import_error(stmt):
+            continue
+        for line in stmt.body.body:
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small in line.body:
+                if isinstance(small, cst.Import | cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for a in small.names:
+                        bound = a.asname.name if a.asname else a.name
+                        full = get_full_name_for_node(bound) or ""
+                        names.add(full.split(".")[0])
+    return frozenset(names)
+
+
+def _catches_import_error(node: cst.Try) -> bool:
+    for h in node.handlers:
+        if h.type is None:
+            return True
+        types = [h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements]
+        if any(get_full_name_for_node(n) in _IMPORT_ERRORS for n in types):
+            return True
+    return False
+
+
 def _optional_import(t: PortBase, node: cst.CSTNode) -> bool:
     """True when the import sits in a `try:` body whose handlers catch ImportError (an optional dependency)."""
     child, cur = node, t.parent(node)
     while cur is not None and not isinstance(cur, cst.FunctionDef | cst.ClassDef):
         if isinstance(cur, cst.Try) and child is cur.body:
-            for h in cur.handlers:
-                if h.type is None:
-                    return True
-                names = [h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements]
-                if any(get_full_name_for_node(n) in _IMPORT_ERRORS for n in names):
-                    return True
-            return False
+            return _catches_import_error(cur)
         child, cur = cur, t.parent(cur)
     return False
