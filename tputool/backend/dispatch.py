@@ -72,7 +72,7 @@ def tensor_value(t: torch.Tensor) -> jax.Array:
         return tt.to_jax(t)
     except AttributeError:
         if t.device.type == "cpu":
-            return tt.cpu_to_jax(t)
+            return tt.host_operand(t)  # (a 0-dim scalar; anything bigger raises, as on CUDA)
         raise RuntimeError(f"tpu backend: got a {t.device} tensor without tpu data ({type(t).__name__})") from None
 
 
@@ -112,13 +112,17 @@ class LoweredOp:
     A call the lowering refuses (`Unsupported`) goes through the CPU fallback.
     """
 
-    def __call__(self, args: tuple, kwargs: dict):
+    def __call__(self, args: tuple, kwargs: dict, moved: bool = False):
         try:
             return self.call(args, kwargs)
         except Unsupported:
             return fallback.run_on_cpu(self.op, args, kwargs)
         except (TypeError, ValueError, IndexError) as e:
             raise self._error(e) from e
+        except tt.MixedDevices:
+            if not self.host_args or moved:
+                raise
+            return self(*host_args_to_device(self.sig, self.host_args, args, kwargs), moved=True)
 
     def _error(self, e: Exception) -> RuntimeError:
         # JAX reports bad shapes/arguments while tracing; PyTorch code expects a RuntimeError (and a
@@ -131,7 +135,7 @@ class LoweredOp:
         general, plans, op, name = self.__call__, self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
         create, to_torch = _create, _NP_TO_TORCH
-        if not (self._fast_ok and self.single):
+        if not (self._fast_ok and self.single) or self.host_args:
             return lambda *args, **kwargs: general(args, kwargs)
 
         def kernel(*args, **kwargs):
@@ -199,6 +203,7 @@ class LoweredOp:
         # a _Plan, or False where those types need the general path (lists, dynamic Scalar arguments).
         self._plans: dict[tuple, _Plan | bool] = {}
         self._fast_ok = type(self) is LoweredOp
+        self.host_args = op_plan.plan(op).host_args
 
     def _prepare(self, vals: list) -> tuple[tuple, list]:
         """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
@@ -351,6 +356,26 @@ class LoweredOp:
 
 
 _MISS = object()
+
+
+def host_args_to_device(sig: Signature, positions: tuple[int, ...], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with the CPU tensors of the host-operand arguments at `positions` moved to the device,
+    as CUDA moves CPU indices (`op_plan.HOST_OPERANDS`)."""
+    args, kwargs = list(args), dict(kwargs)
+    for i in positions:
+        if i < len(args):
+            args[i] = _to_device(args[i])
+        elif sig.names[i] in kwargs:
+            kwargs[sig.names[i]] = _to_device(kwargs[sig.names[i]])
+    return tuple(args), kwargs
+
+
+def _to_device(v):
+    if isinstance(v, torch.Tensor):
+        return v.to("tpu") if v.device.type == "cpu" else v
+    if isinstance(v, list | tuple):
+        return type(v)(_to_device(x) for x in v)
+    return v
 
 
 def _types(args: tuple) -> tuple:

@@ -286,8 +286,10 @@ class Trace:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
             results = cache.call(fn, "fused graph", *self.ext)
+        track = tt.track  # (torch.tpu.synchronize waits for what is in flight)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
+            track(r)
         for stref in self.storages:
             st = stref()
             lz = getattr(st, "_tpu", None) if st is not None else None
@@ -578,6 +580,8 @@ def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
 
 
+_mixed_devices = tt.mixed_devices
+
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 """Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
 
@@ -587,7 +591,9 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
     if isinstance(v, torch.Tensor):
         if _is_data_tensor(v) or (v.device.type == "cpu" and v.layout is _STRIDED and v.dim() == 0):
             return trace.tensor_ref(v), KIND_T
-        return None  # a tpu tensor without data (fake/meta), or a CPU tensor with elements
+        if v.device.type == "cpu":
+            raise _mixed_devices()  # (the op then runs as in Strict mode: the same error, or CPU indices moved)
+        return None  # a tpu tensor without data (fake/meta)
     if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
         refs = []
         for x in v:
@@ -595,6 +601,8 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
                 refs.append(None)
             elif _is_data_tensor(x):
                 refs.append(trace.tensor_ref(x))
+            elif x.device.type == "cpu" and x.dim() > 0:
+                raise _mixed_devices()
             else:
                 return None
         return refs, KIND_L

@@ -162,6 +162,24 @@ def resize(t: torch.Tensor, size) -> None:
 
 # ---- host <-> device ----------------------------------------------------------------------------
 
+class MixedDevices(RuntimeError):
+    """A tpu op got a CPU tensor with elements among its operands (PyTorch's error on CUDA, same words)."""
+
+
+def mixed_devices(other: torch.device | str = "cpu") -> MixedDevices:
+    """The error PyTorch raises on CUDA when an op mixes devices, worded for tpu."""
+    return MixedDevices("Expected all tensors to be on the same device, but found at least two devices, "
+                        f"tpu:0 and {other}!")
+
+
+def host_operand(t: torch.Tensor) -> jax.Array:
+    """The JAX value of CPU tensor `t` as an operand of a tpu op: only a 0-dim tensor (a scalar) may mix
+    with tpu tensors, as on CUDA; any other raises `MixedDevices` instead of copying it to the device."""
+    if t.dim() == 0:
+        return cpu_to_jax(t)
+    raise mixed_devices(t.device)
+
+
 def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = True) -> jax.Array:
     """A JAX array with the values of CPU tensor `t`; `count`: record the transfer event (compiled graphs'
     constants and CPU scalar inputs are not counted)."""

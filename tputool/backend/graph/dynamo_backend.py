@@ -31,10 +31,12 @@ _graph_ids = itertools.count()
 class CompiledGraph:
     """Callable with AOTAutograd's boxed convention: a list of tensors/sizes in, a list of outputs out."""
 
-    def __init__(self, graph: JaxGraph, device_type: str) -> None:
+    def __init__(self, graph: JaxGraph, device_type: str, out_devices: tuple[str, ...] = ()) -> None:
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__, not class attributes
         self.graph = graph
         self.device_type = device_type
+        self.out_devices = out_devices
+        """Device type of each output (`boundary.output_devices`); outputs past it get `device_type`."""
 
     def __call__(self, args: list) -> list:
         """Unwrap `args`, run the JAX computation, write mutated inputs back, wrap the other outputs."""
@@ -51,8 +53,10 @@ class CompiledGraph:
             n = len(outs) - len(mutated)
             boundary.write_back(targets, outs[n:])
             outs = outs[:n]
-        dev = self.device_type
+        dev, devs = self.device_type, self.out_devices
         from_jax = boundary.from_jax
+        if len(devs) == len(outs):
+            return [from_jax(o, d) for o, d in zip(outs, devs, strict=True)]
         return [from_jax(o, dev) for o in outs]
 
 
@@ -66,7 +70,8 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
         name = f"graph{next(_graph_ids)}.{kind}"
         graph = jaxify(gm, example_inputs, name=name)
         graph.key_from = boundary.key_from_words
-        return CompiledGraph(graph, boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm))
+        dev = boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm)
+        return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))
 
     return compiler
 
