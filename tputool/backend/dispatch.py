@@ -13,7 +13,7 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, op_plan, rng
+from tputool.backend import cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
 from tputool.backend.op_plan import Route, cast_results
@@ -31,6 +31,8 @@ _create = torch._C._acc.create_empty_tensor
 _track = tt.track
 _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
 _Uninit = tt.Uninit
+_JaxError = jax.errors.JaxRuntimeError
+_translate = memory.translate
 
 
 def _arg_kind(a: torch._C.Argument) -> str:
@@ -132,11 +134,11 @@ class LoweredOp:
     def direct_kernel(self) -> Callable:
         """A Python kernel for torch.library registration: `call`'s fast path inlined for a single-Tensor
         result and a known plan (the hot path of eager dispatch), else the general `__call__`."""
-        general, plans, op, name = self.__call__, self._plans, self.op, self.name
+        general, plans, op, name = _guarded(self), self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
         create, to_torch = _create, _NP_TO_TORCH
         if not (self._fast_ok and self.single) or self.host_args:
-            return lambda *args, **kwargs: general(args, kwargs)
+            return _general_kernel(self)
 
         def kernel(*args, **kwargs):
             if kwargs:
@@ -173,6 +175,8 @@ class LoweredOp:
                 return fallback.run_on_cpu(op, args, kwargs)
             except (TypeError, ValueError, IndexError) as e:
                 raise self._error(e) from e
+            except _JaxError as e:
+                raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
             track(out)
             if _state.blocking:
                 jax.block_until_ready(out)
@@ -569,19 +573,39 @@ def boxed_fallback(keyset, op: torch._ops.OpOverload, *args, **kwargs):
     h = HANDLERS.get(op)
     if h is None:
         h = choose(op)
-    return h(args, kwargs)
+    try:
+        return h(args, kwargs)
+    except _JaxError as e:
+        raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
 
 
 def kernel_for(op: torch._ops.OpOverload) -> Callable:
     """A plain Python kernel (for torch.library registration) running `op`'s handler."""
     h = HANDLERS.get(op) or choose(op)
-    if type(h) is LoweredOp:
-        k = h.direct_kernel()
-        k.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
-        return k
+    k = h.direct_kernel() if type(h) is LoweredOp else _general_kernel(h)
+    k.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+    return k
+
+
+def _guarded(h: Handler) -> Handler:
+    """Handler `h` with JAX's out-of-memory error raised as torch.OutOfMemoryError."""
+
+    def run(args: tuple, kwargs: dict):
+        try:
+            return h(args, kwargs)
+        except _JaxError as e:
+            raise _translate(e)  # noqa: B904 - the JAX error stays the cause
+
+    return run
+
+
+def _general_kernel(h: Handler) -> Callable:
+    """A Python kernel calling handler `h` (JAX's out-of-memory error raised as torch.OutOfMemoryError)."""
 
     def kernel(*args, **kwargs):
-        return h(args, kwargs)
+        try:
+            return h(args, kwargs)
+        except _JaxError as e:
+            raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
 
-    kernel.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
     return kernel

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import cache, events, op_plan, rng, runtime
+from tputool.backend import cache, events, memory, op_plan, rng, runtime
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.view_geometry import GEOMETRY
@@ -285,7 +285,11 @@ class Trace:
                 _runner(list(self.nodes), outs), donate_argnums=donate))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
-            results = cache.call(fn, "fused graph", *self.ext)
+            try:
+                results = cache.call(fn, "fused graph", *self.ext)
+            except jax.errors.JaxRuntimeError as e:  # (e.g. out of memory: it would fail again if kept)
+                self._lose(f"{str(e).splitlines()[0]}")
+                raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
         track = tt.track  # (torch.tpu.synchronize waits for what is in flight)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
@@ -297,6 +301,29 @@ class Trace:
                 st._tpu = lz.value
         events.record("flush", reason)
         self.reset()
+
+
+    def _lose(self, why: str) -> None:
+        """Drop the trace after its computation failed: storages waiting for its results hold `Lost`."""
+        lost = Lost(why)
+        for stref in self.storages:
+            st = stref()
+            lz = getattr(st, "_tpu", None) if st is not None else None
+            if type(lz) is Lazy and lz.trace is self and lz.value is None:
+                st._tpu = lost
+        self.reset()
+
+
+class Lost:
+    """The value of a tensor whose deferred computation failed (e.g. out of memory): reading it raises."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getattr__(self, name: str):
+        raise RuntimeError(f"this tpu tensor has no value: the fused computation producing it failed ({self.why})")
 
 
 _SHAPE_CACHE: dict = {}

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from tputool.backend import dtypes, events, views
+from tputool.backend import dtypes, events, memory, views
 from tputool.backend.runtime import STATE
 
 _create = torch._C._acc.create_empty_tensor
@@ -89,13 +89,17 @@ def from_jax(a: jax.Array, requires_grad: bool = False) -> torch.Tensor:
 def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
     """A new tpu tensor of `size` (and `stride`, if given) whose data is not yet materialized."""
     size = tuple(size)
+    npdt = dtypes.to_np(dtype)
+    nbytes = math.prod(size) * dtype.itemsize
+    if nbytes >= memory.CHECK_FROM:  # (a large request: refused now if it cannot fit, as CUDA's allocator does)
+        memory.check_alloc(nbytes)
     t = _create(size, dtype)
     if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
         n = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
-        t.untyped_storage()._tpu = Uninit((n,), dtypes.to_np(dtype))
+        t.untyped_storage()._tpu = Uninit((n,), npdt)
         _set_storage_meta(_META_KS, t, t.untyped_storage(), 0, size, stride)
     else:
-        t.untyped_storage()._tpu = Uninit(size, dtypes.to_np(dtype))
+        t.untyped_storage()._tpu = Uninit(size, npdt)
     return t
 
 

@@ -18,10 +18,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import torch
 from torch import fx
 
-from tputool.backend import op_plan
+from tputool.backend import memory, op_plan
 from tputool.backend.graph import boundary
 from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
@@ -47,7 +48,10 @@ class CompiledGraph:
         donate = self.device_type == "tpu" and all(boundary.donatable(args[i], ins[i]) for i in mutated)
         args.clear()  # boxed convention: let AOTAutograd free inputs it no longer needs
         key = boundary.next_rng_words() if self.graph.uses_rng else None
-        outs = self.graph(*ins, rng_key=key, donate=bool(mutated) and donate)
+        try:
+            outs = self.graph(*ins, rng_key=key, donate=bool(mutated) and donate)
+        except jax.errors.JaxRuntimeError as e:
+            raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
         del ins
         if mutated:
             n = len(outs) - len(mutated)
