@@ -51,6 +51,9 @@ class Runtime:
     """The device's own peak_bytes_in_use when the peak was last reset (0: never)."""
     num_ooms: int = 0
     """Out-of-memory errors raised (memory_stats()['num_ooms'])."""
+    bad_fork: bool = False
+    """True in a child forked after JAX started, where the device refuses to run (`tputool.backend.fork`);
+    `reset()` keeps it."""
 
 
 STATE = Runtime()

@@ -13,9 +13,8 @@ import enum
 import time
 from dataclasses import dataclass
 
-import torch
-
 import jax
+import torch
 
 from tputool.backend import memory, rng, runtime
 from tputool.backend.tensor import synchronize as _wait_all
@@ -38,7 +37,8 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked after JAX started (a DataLoader worker), where the tpu device refuses to run."""
+    return runtime.STATE.bad_fork
 
 
 def device_count() -> int:
