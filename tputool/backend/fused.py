@@ -566,6 +566,11 @@ class FuseMode(TorchDispatchMode):
         mark = TRACE.mark()
         try:
             handled = _record(func, f, args, kwargs)
+        except HostOperand:
+            TRACE.rollback(mark)
+            if _has_lazy(args, kwargs):
+                TRACE.flush(SYNC_REASONS.get(func) or f"{func} (a CPU operand)")
+            return func(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - any failure to defer falls back to running the op as Strict does
             # An exception raised here on autograd's tpu worker thread aborts the process ("terminate called
             # without an active exception"), so a failed recording never propagates: the op runs eagerly on
@@ -607,7 +612,11 @@ def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
 
 
-_mixed_devices = tt.mixed_devices
+class HostOperand(Exception):  # noqa: N818 - a signal, not an error
+    """Raised while recording when a CPU tensor with elements is among a tpu op's operands: the op runs as in
+    Strict mode instead (a copy between devices, CPU indices moved to the device, or PyTorch's mixed-device
+    error), never through a decomposition (which would word that error otherwise)."""
+
 
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 """Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
@@ -619,7 +628,7 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
         if _is_data_tensor(v) or (v.device.type == "cpu" and v.layout is _STRIDED and v.dim() == 0):
             return trace.tensor_ref(v), KIND_T
         if v.device.type == "cpu":
-            raise _mixed_devices()  # (the op then runs as in Strict mode: the same error, or CPU indices moved)
+            raise HostOperand
         return None  # a tpu tensor without data (fake/meta)
     if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
         refs = []
@@ -629,7 +638,7 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
             elif _is_data_tensor(x):
                 refs.append(trace.tensor_ref(x))
             elif x.device.type == "cpu" and x.dim() > 0:
-                raise _mixed_devices()
+                raise HostOperand
             else:
                 return None
         return refs, KIND_L
