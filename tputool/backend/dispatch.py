@@ -171,15 +171,15 @@ class LoweredOp:
                     out = fn(*map(value, args))
                 if fn._cache_size() != n:
                     record(name)
+                track(out)
+                if _state.blocking:
+                    jax.block_until_ready(out)
             except Unsupported:
                 return fallback.run_on_cpu(op, args, kwargs)
             except (TypeError, ValueError, IndexError) as e:
                 raise self._error(e) from e
             except _JaxError as e:
                 raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
-            track(out)
-            if _state.blocking:
-                jax.block_until_ready(out)
             av = out.aval  # (a plain attribute; Array.shape/.dtype are properties reading it)
             t = create(av.shape, to_torch[av.dtype])
             t.untyped_storage()._tpu = out
