@@ -50,8 +50,18 @@ def _make(op, to_fp32: bool):
     return kernel
 
 
+DEFAULT_DTYPE = torch.bfloat16
+"""`torch.autocast("tpu")`'s dtype when none is given, as on the real TorchTPU (PyTorch's default for a
+PrivateUse1 device is float16, which `get_amp_supported_dtype` refuses: autocast would warn and turn off)."""
+
+
 def register(keep: list) -> None:
-    """Install the fallthrough and the cast kernels; libraries are appended to `keep` (kept alive)."""
+    """Install the fallthrough and the cast kernels; libraries are appended to `keep` (kept alive).
+
+    Also makes bfloat16 the default autocast dtype of tpu. PyTorch keeps that default per thread: this sets it
+    for the registering thread (the one importing torch); another thread that opens `torch.autocast("tpu")`
+    without a dtype gets PyTorch's warning, and passes `dtype=torch.bfloat16`."""
+    torch.set_autocast_dtype("tpu", DEFAULT_DTYPE)
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
     keep.append(lib)

@@ -104,7 +104,7 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _register_kernels() -> None:
-    from tputool.backend import autocast, dispatch, storage_kernels
+    from tputool.backend import autocast, dispatch, fork, storage_kernels
 
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(dispatch.boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
@@ -114,6 +114,7 @@ def _register_kernels() -> None:
     for op in hot_ops(storage_kernels.HOT):
         aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
                                                          else ""), dispatch.kernel_for(op), "PrivateUse1")
+    fork.install([lib, aten_lib])  # (a child forked after JAX started swaps them for a kernel that refuses)
     autocast.register(_libs)
 
 

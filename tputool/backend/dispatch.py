@@ -13,7 +13,7 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, op_plan, rng
+from tputool.backend import cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
 from tputool.backend.op_plan import Route, cast_results
@@ -31,6 +31,8 @@ _create = torch._C._acc.create_empty_tensor
 _track = tt.track
 _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
 _Uninit = tt.Uninit
+_JaxError = jax.errors.JaxRuntimeError
+_translate = memory.translate
 
 
 def _arg_kind(a: torch._C.Argument) -> str:
@@ -72,7 +74,7 @@ def tensor_value(t: torch.Tensor) -> jax.Array:
         return tt.to_jax(t)
     except AttributeError:
         if t.device.type == "cpu":
-            return tt.cpu_to_jax(t)
+            return tt.host_operand(t)  # (a 0-dim scalar; anything bigger raises, as on CUDA)
         raise RuntimeError(f"tpu backend: got a {t.device} tensor without tpu data ({type(t).__name__})") from None
 
 
@@ -112,13 +114,17 @@ class LoweredOp:
     A call the lowering refuses (`Unsupported`) goes through the CPU fallback.
     """
 
-    def __call__(self, args: tuple, kwargs: dict):
+    def __call__(self, args: tuple, kwargs: dict, moved: bool = False):
         try:
             return self.call(args, kwargs)
         except Unsupported:
             return fallback.run_on_cpu(self.op, args, kwargs)
         except (TypeError, ValueError, IndexError) as e:
             raise self._error(e) from e
+        except tt.MixedDevices:
+            if not self.host_args or moved:
+                raise
+            return self(*host_args_to_device(self.sig, self.host_args, args, kwargs), moved=True)
 
     def _error(self, e: Exception) -> RuntimeError:
         # JAX reports bad shapes/arguments while tracing; PyTorch code expects a RuntimeError (and a
@@ -128,11 +134,11 @@ class LoweredOp:
     def direct_kernel(self) -> Callable:
         """A Python kernel for torch.library registration: `call`'s fast path inlined for a single-Tensor
         result and a known plan (the hot path of eager dispatch), else the general `__call__`."""
-        general, plans, op, name = self.__call__, self._plans, self.op, self.name
+        general, plans, op, name = _guarded(self), self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
         create, to_torch = _create, _NP_TO_TORCH
-        if not (self._fast_ok and self.single):
-            return lambda *args, **kwargs: general(args, kwargs)
+        if not (self._fast_ok and self.single) or self.host_args:
+            return _general_kernel(self)
 
         def kernel(*args, **kwargs):
             if kwargs:
@@ -165,13 +171,15 @@ class LoweredOp:
                     out = fn(*map(value, args))
                 if fn._cache_size() != n:
                     record(name)
+                track(out)
+                if _state.blocking:
+                    jax.block_until_ready(out)
             except Unsupported:
                 return fallback.run_on_cpu(op, args, kwargs)
             except (TypeError, ValueError, IndexError) as e:
                 raise self._error(e) from e
-            track(out)
-            if _state.blocking:
-                jax.block_until_ready(out)
+            except _JaxError as e:
+                raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
             av = out.aval  # (a plain attribute; Array.shape/.dtype are properties reading it)
             t = create(av.shape, to_torch[av.dtype])
             t.untyped_storage()._tpu = out
@@ -199,6 +207,7 @@ class LoweredOp:
         # a _Plan, or False where those types need the general path (lists, dynamic Scalar arguments).
         self._plans: dict[tuple, _Plan | bool] = {}
         self._fast_ok = type(self) is LoweredOp
+        self.host_args = op_plan.plan(op).host_args
 
     def _prepare(self, vals: list) -> tuple[tuple, list]:
         """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
@@ -351,6 +360,26 @@ class LoweredOp:
 
 
 _MISS = object()
+
+
+def host_args_to_device(sig: Signature, positions: tuple[int, ...], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with the CPU tensors of the host-operand arguments at `positions` moved to the device,
+    as CUDA moves CPU indices (`op_plan.HOST_OPERANDS`)."""
+    args, kwargs = list(args), dict(kwargs)
+    for i in positions:
+        if i < len(args):
+            args[i] = _to_device(args[i])
+        elif sig.names[i] in kwargs:
+            kwargs[sig.names[i]] = _to_device(kwargs[sig.names[i]])
+    return tuple(args), kwargs
+
+
+def _to_device(v):
+    if isinstance(v, torch.Tensor):
+        return v.to("tpu") if v.device.type == "cpu" else v
+    if isinstance(v, list | tuple):
+        return type(v)(_to_device(x) for x in v)
+    return v
 
 
 def _types(args: tuple) -> tuple:
@@ -544,19 +573,39 @@ def boxed_fallback(keyset, op: torch._ops.OpOverload, *args, **kwargs):
     h = HANDLERS.get(op)
     if h is None:
         h = choose(op)
-    return h(args, kwargs)
+    try:
+        return h(args, kwargs)
+    except _JaxError as e:
+        raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
 
 
 def kernel_for(op: torch._ops.OpOverload) -> Callable:
     """A plain Python kernel (for torch.library registration) running `op`'s handler."""
     h = HANDLERS.get(op) or choose(op)
-    if type(h) is LoweredOp:
-        k = h.direct_kernel()
-        k.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
-        return k
+    k = h.direct_kernel() if type(h) is LoweredOp else _general_kernel(h)
+    k.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+    return k
+
+
+def _guarded(h: Handler) -> Handler:
+    """Handler `h` with JAX's out-of-memory error raised as torch.OutOfMemoryError."""
+
+    def run(args: tuple, kwargs: dict):
+        try:
+            return h(args, kwargs)
+        except _JaxError as e:
+            raise _translate(e)  # noqa: B904 - the JAX error stays the cause
+
+    return run
+
+
+def _general_kernel(h: Handler) -> Callable:
+    """A Python kernel calling handler `h` (JAX's out-of-memory error raised as torch.OutOfMemoryError)."""
 
     def kernel(*args, **kwargs):
-        return h(args, kwargs)
+        try:
+            return h(args, kwargs)
+        except _JaxError as e:
+            raise _translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError (cause kept)
 
-    kernel.__name__ = f"tpu_{op._schema.name.split('::')[-1]}_{op._overloadname}"
     return kernel

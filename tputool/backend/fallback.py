@@ -34,6 +34,7 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     if os.environ.get("TPUTOOL_FALLBACK", "") == "error":
         raise FallbackError(f"tpu backend: no tpu kernel for {name} (TPUTOOL_FALLBACK=error forbids the CPU "
                             "fallback)")
+    _check_devices(op, args, kwargs)
     events.record("fallback", name)
     if name not in _warned:
         _warned.add(name)
@@ -86,6 +87,25 @@ def _flat_tensors(tree) -> list[torch.Tensor]:
     from torch.utils._pytree import tree_flatten
 
     return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+
+
+def _check_devices(op, args, kwargs) -> None:
+    """Raise PyTorch's mixed-device error when a CPU tensor with elements meets a tpu tensor among `op`'s
+    operands (the CPU kernel would silently accept it), except in the op's host operands (indices, lengths)."""
+    from tputool.backend.op_plan import plan
+
+    host = plan(op).host_args
+    on_tpu = on_cpu = False
+    for i, a in enumerate(op._schema.arguments):
+        if i in host:
+            continue
+        for t in _flat_tensors(args[i] if i < len(args) else kwargs.get(a.name)):
+            if t.device.type == "tpu":
+                on_tpu = True
+            elif t.device.type == "cpu" and t.dim() > 0:
+                on_cpu = True
+    if on_tpu and on_cpu:
+        raise tt.mixed_devices()
 
 
 def _written_args(op, args, kwargs) -> set[int]:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import cache, events, op_plan, rng, runtime
+from tputool.backend import cache, events, memory, op_plan, rng, runtime
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.view_geometry import GEOMETRY
@@ -285,9 +285,15 @@ class Trace:
                 _runner(list(self.nodes), outs), donate_argnums=donate))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
-            results = cache.call(fn, "fused graph", *self.ext)
+            try:
+                results = cache.call(fn, "fused graph", *self.ext)
+            except jax.errors.JaxRuntimeError as e:  # (e.g. out of memory: it would fail again if kept)
+                self._lose(f"{str(e).splitlines()[0]}")
+                raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
+        track = tt.track  # (torch.tpu.synchronize waits for what is in flight)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
+            track(r)
         for stref in self.storages:
             st = stref()
             lz = getattr(st, "_tpu", None) if st is not None else None
@@ -295,6 +301,29 @@ class Trace:
                 st._tpu = lz.value
         events.record("flush", reason)
         self.reset()
+
+
+    def _lose(self, why: str) -> None:
+        """Drop the trace after its computation failed: storages waiting for its results hold `Lost`."""
+        lost = Lost(why)
+        for stref in self.storages:
+            st = stref()
+            lz = getattr(st, "_tpu", None) if st is not None else None
+            if type(lz) is Lazy and lz.trace is self and lz.value is None:
+                st._tpu = lost
+        self.reset()
+
+
+class Lost:
+    """The value of a tensor whose deferred computation failed (e.g. out of memory): reading it raises."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getattr__(self, name: str):
+        raise RuntimeError(f"this tpu tensor has no value: the fused computation producing it failed ({self.why})")
 
 
 _SHAPE_CACHE: dict = {}
@@ -537,6 +566,11 @@ class FuseMode(TorchDispatchMode):
         mark = TRACE.mark()
         try:
             handled = _record(func, f, args, kwargs)
+        except HostOperand:
+            TRACE.rollback(mark)
+            if _has_lazy(args, kwargs):
+                TRACE.flush(SYNC_REASONS.get(func) or f"{func} (a CPU operand)")
+            return func(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - any failure to defer falls back to running the op as Strict does
             # An exception raised here on autograd's tpu worker thread aborts the process ("terminate called
             # without an active exception"), so a failed recording never propagates: the op runs eagerly on
@@ -578,6 +612,12 @@ def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
 
 
+class HostOperand(Exception):  # noqa: N818 - a signal, not an error
+    """Raised while recording when a CPU tensor with elements is among a tpu op's operands: the op runs as in
+    Strict mode instead (a copy between devices, CPU indices moved to the device, or PyTorch's mixed-device
+    error), never through a decomposition (which would word that error otherwise)."""
+
+
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 """Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
 
@@ -587,7 +627,9 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
     if isinstance(v, torch.Tensor):
         if _is_data_tensor(v) or (v.device.type == "cpu" and v.layout is _STRIDED and v.dim() == 0):
             return trace.tensor_ref(v), KIND_T
-        return None  # a tpu tensor without data (fake/meta), or a CPU tensor with elements
+        if v.device.type == "cpu":
+            raise HostOperand
+        return None  # a tpu tensor without data (fake/meta)
     if isinstance(v, list | tuple) and v and any(isinstance(x, torch.Tensor) for x in v):
         refs = []
         for x in v:
@@ -595,6 +637,8 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
                 refs.append(None)
             elif _is_data_tensor(x):
                 refs.append(trace.tensor_ref(x))
+            elif x.device.type == "cpu" and x.dim() > 0:
+                raise HostOperand
             else:
                 return None
         return refs, KIND_L

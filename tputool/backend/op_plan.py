@@ -62,6 +62,8 @@ class OpPlan:
     """True for out= overloads (written arguments are keyword-only) and in-place ops without a functional twin."""
     decomposition: Callable | None
     """PyTorch's decomposition run by the DECOMPOSED routes, or offered to the traced executors (functional ops)."""
+    host_args: tuple[int, ...] = ()
+    """Schema positions of the arguments that may hold CPU tensors next to tpu ones (`HOST_OPERANDS`)."""
 
 
 KERNELS: dict[torch._ops.OpOverload, Callable] = {}
@@ -76,6 +78,25 @@ INPLACE_OVERLOAD: dict[tuple[str, str], str] = {
     ("aten::bernoulli_", "float"): "p",
 }
 """In-place overloads whose functional twin has another overload name."""
+
+_INDICES = frozenset({"indices"})
+HOST_OPERANDS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("aten::index", "aten::_unsafe_index", "aten::index_put", "aten::index_put_",
+                     "aten::_index_put_impl", "aten::_index_put_impl_", "aten::_unsafe_index_put"), _INDICES),
+    "aten::_pack_padded_sequence": frozenset({"lengths"}),
+    "aten::_pad_packed_sequence": frozenset({"batch_sizes"}),
+    **dict.fromkeys(("aten::ctc_loss", "aten::_ctc_loss"), frozenset({"input_lengths", "target_lengths"})),
+    **dict.fromkeys(("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"), frozenset({"batch_sizes"})),
+}
+"""Op -> arguments that may be CPU tensors next to tpu ones, as CUDA allows: indices (moved to the device)
+and lengths/batch sizes (host data by contract). Any other CPU tensor with elements among a tpu op's
+operands raises PyTorch's "Expected all tensors to be on the same device" (`tensor.mixed_devices`)."""
+
+
+def host_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
+    """Schema positions of `op`'s arguments listed in HOST_OPERANDS."""
+    names = HOST_OPERANDS.get(op._schema.name)
+    return tuple(i for i, a in enumerate(op._schema.arguments) if a.name in names) if names else ()
 
 
 def written_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
@@ -173,7 +194,7 @@ def _decide(op: torch._ops.OpOverload) -> OpPlan:
     if route is not Route.DECOMPOSED_THEN_WRITE and not written:
         d = decomposition(op)  # (offered to the traced executors for functional ops without a lowering)
     traced = None if out_variant else traced_lowering(f if written else op)
-    return OpPlan(op, route, used, traced, f, written, out_variant, d)
+    return OpPlan(op, route, used, traced, f, written, out_variant, d, host_positions(op))
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}

@@ -5,7 +5,8 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   mode / blocking     the eager mode (torch.tpu.EagerMode) and whether each op is waited for (Debug mode);
   rng_seed / counter  the random stream (`tputool.backend.rng` draws from it);
   trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
-  in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`).
+  in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
+  mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
 
@@ -44,6 +45,15 @@ class Runtime:
     """The Fused trace (`tputool.backend.fused.TRACE`), set when the fused engine loads."""
     in_flight: list = field(default_factory=list)
     """Weak references to arrays dispatched and not yet waited for (`tputool.backend.tensor.track`)."""
+    mem_peak: int = 0
+    """Highest allocated bytes seen since the last peak reset (`tputool.backend.memory`)."""
+    mem_device_peak_at_reset: int = 0
+    """The device's own peak_bytes_in_use when the peak was last reset (0: never)."""
+    num_ooms: int = 0
+    """Out-of-memory errors raised (memory_stats()['num_ooms'])."""
+    bad_fork: bool = False
+    """True in a child forked after JAX started, where the device refuses to run (`tputool.backend.fork`);
+    `reset()` keeps it."""
 
 
 STATE = Runtime()
@@ -83,6 +93,7 @@ def reset() -> None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
     STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
+    STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)

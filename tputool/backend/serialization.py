@@ -69,13 +69,24 @@ def install() -> None:
     _installed = True
 
 
+_PINNED = "_tputool_pinned"
+"""Attribute marking a CPU storage as pinned for tpu (kept on the storage's Python object, as `_tpu` is)."""
+
+
 def install_pin_memory() -> None:
     """`Tensor.pin_memory()` for the tpu accelerator: host buffers need no pinning for JAX transfers, so
-    pinning (DataLoader(pin_memory=True)) returns the tensor itself instead of failing in PyTorch's
-    PrivateUse1 hooks, which cannot provide a pinned allocator from Python."""
+    pinning (DataLoader(pin_memory=True)) marks the tensor's storage pinned and returns the tensor itself,
+    instead of failing in PyTorch's PrivateUse1 hooks, which cannot provide a pinned allocator from Python;
+    `is_pinned()` then reports True, as on CUDA (unlike CUDA, the source tensor is the pinned one: no copy)."""
     original = torch.Tensor.pin_memory
     if getattr(original, "_tputool", False):
         return
+    original_is_pinned = torch.Tensor.is_pinned
+
+    def is_pinned(self, device=None):
+        if self.layout is torch.strided and getattr(self.untyped_storage(), _PINNED, False):
+            return True
+        return original_is_pinned(self) if device is None else original_is_pinned(self, device)
 
     def pin_memory(self, device=None):
         if device is not None:
@@ -84,8 +95,11 @@ def install_pin_memory() -> None:
             acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
             target = acc if acc is not None else torch.device("cpu")
         if self.device.type == "cpu" and target.type == "tpu":
+            if self.layout is torch.strided:
+                setattr(self.untyped_storage(), _PINNED, True)
             return self
         return original(self, device) if device is not None else original(self)
 
     pin_memory._tputool = True
     torch.Tensor.pin_memory = pin_memory
+    torch.Tensor.is_pinned = is_pinned

@@ -309,7 +309,7 @@ def _expand_masks(indices) -> list:
     out = []
     for i in indices:
         if i is not None and i.dtype in (torch.bool, torch.uint8):
-            nz = nonzero(i)
+            nz = nonzero(i) if i.device.type == "tpu" else i.nonzero()  # (CPU coordinates move with the index)
             out.extend(nz.unbind(1) if i.dim() else [])
         else:
             out.append(i)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from tputool.backend import dtypes, events, views
+from tputool.backend import dtypes, events, memory, views
 from tputool.backend.runtime import STATE
 
 _create = torch._C._acc.create_empty_tensor
@@ -89,13 +89,17 @@ def from_jax(a: jax.Array, requires_grad: bool = False) -> torch.Tensor:
 def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
     """A new tpu tensor of `size` (and `stride`, if given) whose data is not yet materialized."""
     size = tuple(size)
+    npdt = dtypes.to_np(dtype)
+    nbytes = math.prod(size) * dtype.itemsize
+    if nbytes >= memory.CHECK_FROM:  # (a large request: refused now if it cannot fit, as CUDA's allocator does)
+        memory.check_alloc(nbytes)
     t = _create(size, dtype)
     if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
         n = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
-        t.untyped_storage()._tpu = Uninit((n,), dtypes.to_np(dtype))
+        t.untyped_storage()._tpu = Uninit((n,), npdt)
         _set_storage_meta(_META_KS, t, t.untyped_storage(), 0, size, stride)
     else:
-        t.untyped_storage()._tpu = Uninit(size, dtypes.to_np(dtype))
+        t.untyped_storage()._tpu = Uninit(size, npdt)
     return t
 
 
@@ -161,6 +165,24 @@ def resize(t: torch.Tensor, size) -> None:
 
 
 # ---- host <-> device ----------------------------------------------------------------------------
+
+class MixedDevices(RuntimeError):
+    """A tpu op got a CPU tensor with elements among its operands (PyTorch's error on CUDA, same words)."""
+
+
+def mixed_devices(other: torch.device | str = "cpu") -> MixedDevices:
+    """The error PyTorch raises on CUDA when an op mixes devices, worded for tpu."""
+    return MixedDevices("Expected all tensors to be on the same device, but found at least two devices, "
+                        f"tpu:0 and {other}!")
+
+
+def host_operand(t: torch.Tensor) -> jax.Array:
+    """The JAX value of CPU tensor `t` as an operand of a tpu op: only a 0-dim tensor (a scalar) may mix
+    with tpu tensors, as on CUDA; any other raises `MixedDevices` instead of copying it to the device."""
+    if t.dim() == 0:
+        return cpu_to_jax(t)
+    raise mixed_devices(t.device)
+
 
 def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = True) -> jax.Array:
     """A JAX array with the values of CPU tensor `t`; `count`: record the transfer event (compiled graphs'

@@ -1,8 +1,9 @@
 """`torch.tpu`: the device module of the bundled backend, with torch_tpu's public names.
 
 Where a name of the real package has a meaning here it works (devices, RNG, events, streams, eager modes,
-precision, autocast dtypes); the rest raise NotImplementedError saying so. Extra: nothing beyond the list,
-except `_is_in_bad_fork` (PyTorch's seeding protocol needs it).
+precision, autocast dtypes); the rest raise NotImplementedError saying so. Extra beyond the list: CUDA's
+memory statistics (`memory_allocated` & co., so ported memory logging keeps working) and `_is_in_bad_fork`
+(PyTorch's seeding protocol needs it).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import enum
 import time
 from dataclasses import dataclass
 
+import jax
 import torch
 
-from tputool.backend import rng, runtime
+from tputool.backend import memory, rng, runtime
 from tputool.backend.tensor import synchronize as _wait_all
 
 _tputool = True  # marks this module as the bundled backend's
@@ -35,7 +37,8 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked after JAX started (a DataLoader worker), where the tpu device refuses to run."""
+    return runtime.STATE.bad_fork
 
 
 def device_count() -> int:
@@ -138,11 +141,66 @@ def synchronize(device=None) -> None:
 
     In the Fused eager mode, the deferred ops are flushed first (reason "synchronize").
     """
-    if runtime.STATE.mode is _FUSED:
-        from tputool.backend import fused
+    try:
+        if runtime.STATE.mode is _FUSED:
+            from tputool.backend import fused
 
-        fused.flush("synchronize")
-    _wait_all()
+            fused.flush("synchronize")
+        _wait_all()
+    except jax.errors.JaxRuntimeError as e:
+        raise memory.translate(e)  # noqa: B904 - an out-of-memory that surfaced late: torch.OutOfMemoryError
+
+
+# ---- memory ------------------------------------------------------------------------------------------
+# Beyond the real package's list (its torch.tpu has no memory statistics): CUDA's names, so the memory logging
+# of ported code keeps working. Figures come from JAX (`tputool.backend.memory`); `device` is accepted and
+# means tpu:0, where eager tensors live.
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by tpu tensors now."""
+    return memory.allocated()
+
+
+def max_memory_allocated(device=None) -> int:
+    """The most bytes held by tpu tensors at once since start or reset_peak_memory_stats()."""
+    return memory.max_allocated()
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes held by the device allocator (what is allocated, where the platform reports no pool)."""
+    return memory.reserved()
+
+
+def max_memory_reserved(device=None) -> int:
+    """The most bytes the device allocator held at once."""
+    return memory.max_reserved()
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Start max_memory_allocated() over from the bytes held now."""
+    memory.reset_peak()
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Same as reset_peak_memory_stats()."""
+    memory.reset_peak()
+
+
+def memory_stats(device=None) -> dict:
+    """torch.cuda.memory_stats()'s main keys (allocated/reserved/active bytes, num_ooms) plus JAX's own."""
+    return memory.stats()
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of device memory."""
+    return memory.mem_get_info()
+
+
+def empty_cache() -> None:
+    """Release what the backend holds beyond live tensors: runs the pending Fused trace (whose deferred values
+    keep their inputs alive) and waits for work in flight. JAX frees a buffer when its last tensor goes, so
+    there is no cached pool to return, unlike CUDA's caching allocator."""
+    synchronize()
 
 
 # ---- RNG ---------------------------------------------------------------------------------------------

@@ -29,6 +29,23 @@ def device_type_of(values: Sequence[Any]) -> str:
     return "cpu"
 
 
+def output_devices(gm: Any, default: str) -> tuple[str, ...]:
+    """The device type of each output of FX graph `gm` (its fake values' devices; `default` where unknown):
+    a graph on tpu inputs may also return CPU tensors computed from CPU inputs alone (Dynamo has already
+    refused a CPU tensor with elements meeting a tpu tensor), and those stay on CPU, as on CUDA."""
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, list | tuple) else (outs,)
+            return tuple(_device_of_node(o, default) for o in outs)
+    return ()
+
+
+def _device_of_node(node: Any, default: str) -> str:
+    val = getattr(node, "meta", {}).get("val")
+    return val.device.type if isinstance(val, torch.Tensor) and val.device.type in ("tpu", "cpu") else default
+
+
 def to_jax(t: Any) -> Any:
     """The JAX array behind tensor `t` (tpu: the backend's array; cpu: a host copy); non-tensors pass through."""
     if not isinstance(t, torch.Tensor):
@@ -60,6 +77,7 @@ def write_back(targets: Sequence[torch.Tensor], values: Sequence[jax.Array]) -> 
     try:
         for t, value in zip(targets, values, strict=True):
             if hasattr(t.untyped_storage(), "_tpu"):
+                tt.track(value)  # (synchronize waits for it)
                 tt.write(t, value)
                 bumped.append(t)
             else:
@@ -71,10 +89,12 @@ def write_back(targets: Sequence[torch.Tensor], values: Sequence[jax.Array]) -> 
 
 
 def from_jax(a: Any, device_type: str) -> Any:
-    """A torch tensor on `device_type` holding JAX array `a`; non-arrays (sizes, None) pass through."""
+    """A torch tensor on `device_type` holding JAX array `a`; non-arrays (sizes, None) pass through.
+    A tpu output is tracked as in flight, so `torch.tpu.synchronize()` waits for the graph that computes it."""
     if not isinstance(a, jax.Array):
         return a
     if device_type == "tpu":
+        tt.track(a)
         return tt.from_jax(a)
     return tt.jax_to_cpu(a, count=False)
 

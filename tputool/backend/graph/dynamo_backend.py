@@ -18,10 +18,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import torch
 from torch import fx
 
-from tputool.backend import op_plan
+from tputool.backend import memory, op_plan
 from tputool.backend.graph import boundary
 from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
@@ -31,10 +32,12 @@ _graph_ids = itertools.count()
 class CompiledGraph:
     """Callable with AOTAutograd's boxed convention: a list of tensors/sizes in, a list of outputs out."""
 
-    def __init__(self, graph: JaxGraph, device_type: str) -> None:
+    def __init__(self, graph: JaxGraph, device_type: str, out_devices: tuple[str, ...] = ()) -> None:
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__, not class attributes
         self.graph = graph
         self.device_type = device_type
+        self.out_devices = out_devices
+        """Device type of each output (`boundary.output_devices`); outputs past it get `device_type`."""
 
     def __call__(self, args: list) -> list:
         """Unwrap `args`, run the JAX computation, write mutated inputs back, wrap the other outputs."""
@@ -45,14 +48,19 @@ class CompiledGraph:
         donate = self.device_type == "tpu" and all(boundary.donatable(args[i], ins[i]) for i in mutated)
         args.clear()  # boxed convention: let AOTAutograd free inputs it no longer needs
         key = boundary.next_rng_words() if self.graph.uses_rng else None
-        outs = self.graph(*ins, rng_key=key, donate=bool(mutated) and donate)
+        try:
+            outs = self.graph(*ins, rng_key=key, donate=bool(mutated) and donate)
+        except jax.errors.JaxRuntimeError as e:
+            raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
         del ins
         if mutated:
             n = len(outs) - len(mutated)
             boundary.write_back(targets, outs[n:])
             outs = outs[:n]
-        dev = self.device_type
+        dev, devs = self.device_type, self.out_devices
         from_jax = boundary.from_jax
+        if len(devs) == len(outs):
+            return [from_jax(o, d) for o, d in zip(outs, devs, strict=True)]
         return [from_jax(o, dev) for o in outs]
 
 
@@ -66,7 +74,8 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
         name = f"graph{next(_graph_ids)}.{kind}"
         graph = jaxify(gm, example_inputs, name=name)
         graph.key_from = boundary.key_from_words
-        return CompiledGraph(graph, boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm))
+        dev = boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm)
+        return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))
 
     return compiler
 
