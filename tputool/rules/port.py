@@ -164,12 +164,14 @@ Note: prefer explicit devices (`.to(torch.device("tpu", i))`).""",
           """`torch.cuda.get_rng_state/set_rng_state/default_generators` become torch.tpu's. The `*_all`
 variants have no torch.tpu equivalent and are only reported (save one state per device instead).""",
           "state = torch.cuda.get_rng_state()", "state = torch.tpu.get_rng_state()"),
-    _rule("TPU209", "cuda-memory-stats", W, NOFIX, REVIEW, (27,),
-          "CUDA memory statistics are not in torch.tpu",
+    _rule("TPU209", "cuda-memory-stats", W, SAFE, AUTO_N, (27,),
+          "CUDA memory statistics; use the same call on torch.tpu",
           """`memory_allocated`, `max_memory_allocated`, `memory_reserved`, `max_memory_reserved`,
-`reset_peak_memory_stats`, `memory_stats`, `memory_summary`, `mem_get_info`, `memory_snapshot`. Use
-`torch.accelerator.memory.*` if the backend implements it, or TPU runtime metrics / the profiler.""",
-          "peak = torch.cuda.max_memory_allocated() / 2**30", None),
+`reset_peak_memory_stats`, `reset_max_memory_allocated`, `memory_stats` and `mem_get_info` move to `torch.tpu`, which
+reads JAX's device memory statistics (a count of live buffers where the platform reports none), so memory logging
+keeps working. `memory_summary`, `memory_snapshot`, `list_gpu_processes` and the `*_cached` names have no
+equivalent and are reported.""",
+          "peak = torch.cuda.max_memory_allocated() / 2**30", "peak = torch.tpu.max_memory_allocated() / 2**30"),
     _rule("TPU210", "empty-cache", W, SAFE, AUTO_N, (28,),
           "`torch.cuda.empty_cache()` removed (XLA manages TPU memory)",
           """The CUDA caching allocator has no TPU counterpart; the statement is removed (an emptied block gets

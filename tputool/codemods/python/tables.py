@@ -55,9 +55,11 @@ REFS: dict[str, Ref] = {
     **_many("get_rng_state_all set_rng_state_all", "TPU208",
             message="torch.cuda.*_rng_state_all has no torch.tpu equivalent; save one state per device"),
     **_many("memory_allocated max_memory_allocated memory_reserved max_memory_reserved reset_peak_memory_stats "
-            "reset_max_memory_allocated reset_max_memory_cached reset_accumulated_memory_stats memory_stats "
-            "memory_stats_as_nested_dict memory_summary mem_get_info memory_snapshot memory_cached "
-            "max_memory_cached list_gpu_processes memory", "TPU209"),
+            "reset_max_memory_allocated memory_stats mem_get_info", "TPU209", RENAME, target="torch.tpu.",
+            note="torch.tpu reads JAX's device memory statistics (live buffers where the platform reports none)"),
+    **_many("reset_max_memory_cached reset_accumulated_memory_stats memory_stats_as_nested_dict memory_summary "
+            "memory_snapshot memory_cached max_memory_cached list_gpu_processes memory", "TPU209",
+            message="this CUDA memory statistic has no torch.tpu equivalent; use torch.tpu.memory_stats()"),
     "torch.cuda.empty_cache": Ref("TPU210", OWNED),
     "torch.cuda.memory.empty_cache": Ref("TPU210", OWNED),
     "torch.cuda.set_per_process_memory_fraction": Ref("TPU211", OWNED),
