@@ -109,12 +109,13 @@ reported: load on "cpu" and move with `.to("tpu")`. Note: tensors saved on GPU l
           """The usual device ladder picks CUDA when it is available; it becomes the same ladder for TPU.""",
           "device = 'cuda' if torch.cuda.is_available() else 'cpu'",
           "device = 'tpu' if torch.tpu.is_available() else 'cpu'"),
-    _rule("TPU115", "hf-device-map", W, NOFIX, REVIEW, (70,),
-          "device_map/max_memory place a model across GPUs; load then .to('tpu')",
+    _rule("TPU115", "hf-device-map", W, SAFE, REVIEW, (70,),
+          "device_map/max_memory place a model across GPUs; use device_map='tpu'",
           """Hugging Face big-model placement (`device_map="auto"`, `device_map={"": local_rank}`,
-`max_memory={0: "20GiB"}`) targets CUDA indices. Use `device_map={"": "tpu:N"}`, or load on CPU
-(optionally `low_cpu_mem_usage=True`) and move with `.to("tpu")`.""",
-          'AutoModel.from_pretrained(name, device_map="auto")', None),
+`max_memory={0: "20GiB"}`) targets CUDA indices. `device_map="cuda"` / `"cuda:N"` becomes `"tpu"` / `"tpu:N"` (the fix);
+the others are reported: use `device_map="tpu"` (or `{"": "tpu:N"}`), or load on CPU and move with `.to("tpu")`.
+`device_map` needs the `accelerate` package: `pip install 'tputool[hf]'`.""",
+          'AutoModel.from_pretrained(name, device_map="cuda")', 'AutoModel.from_pretrained(name, device_map="tpu")'),
     _rule("TPU116", "pin-memory-device", INFO, UNSAFE, REVIEW, (74,),
           '`pin_memory_device="cuda"` pins for a CUDA device; drop it',
           """`DataLoader(pin_memory=True)` and `tensor.pin_memory()` can stay; a `pin_memory_device="cuda"`

@@ -6,7 +6,7 @@ import libcst as cst
 
 from tputool.codemods.python.context import PortBase, keyword_args
 from tputool.codemods.python.device import _commas, availability_test
-from tputool.codemods.python.strings import literal, replace_prefix
+from tputool.codemods.python.strings import literal, replace_prefix, tpu_device_expr
 from tputool.codemods.python.tables import (
     COMPILE_INDUCTOR_KWARGS,
     DDP_QNAMES,
@@ -102,7 +102,11 @@ def hf_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.
     for i, a, kw in keyword_args(args):
         true = isinstance(a.value, cst.Name) and a.value.value == "True"
         if kw in ("device_map", "max_memory") and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
-            t.fire("TPU115", t.at(orig, upd, i))
+            new = tpu_device_expr(a.value) if kw == "device_map" else None
+            note = "device_map needs the accelerate package: pip install 'tputool[hf]'"
+            if t.fire("TPU115", t.at(orig, upd, i), fixable=new is not None, note=note) and new is not None:
+                args[i] = a.with_changes(value=new)
+                changed = True
         elif kw in ("load_in_8bit", "load_in_4bit") and true:
             t.fire("TPU509", t.at(orig, upd, i))
         elif kw == "use_flash_attention_2" and true:
