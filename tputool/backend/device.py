@@ -60,9 +60,10 @@ def register(freeze_gc: bool = False) -> bool:
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
     _register_kernels()
-    from tputool.backend import module_ties, serialization
+    from tputool.backend import hf_generate, module_ties, serialization
 
     module_ties.install()
+    hf_generate.install()
     serialization.install()
     serialization.install_pin_memory()
     _registered = True
