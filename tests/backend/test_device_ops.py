@@ -1,0 +1,151 @@
+"""Ops real training code sends to the device, run there (no CPU fallback) with CPU's results: fused
+optimizers (`fused=True`), GradScaler's AMP ops, histc (integer input too), and linalg/fft ops."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tputool.backend import events
+
+T = "tpu"
+TOL = {"rtol": 1e-4, "atol": 1e-5}  # (test_training.py's: the model's matmuls differ from CPU's in the last bits)
+
+
+@pytest.fixture
+def no_fallback(tpu_device: str, monkeypatch) -> str:
+    """The tpu device with the CPU fallback forbidden (an op that would take it raises)."""
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    events.reset()
+    return tpu_device
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+
+
+OPTIMIZERS = {
+    "adamw": lambda ps, dev: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    "adamw-amsgrad-maximize": lambda ps, dev: torch.optim.AdamW(ps, lr=1e-2, amsgrad=True, maximize=True,
+                                                                fused=True),
+    "adamw-tensor-lr": lambda ps, dev: torch.optim.AdamW(ps, lr=torch.tensor(1e-2, device=dev), fused=True),
+    "adam-weight-decay": lambda ps, dev: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.9),
+                                                          fused=True),
+    "adam-amsgrad": lambda ps, dev: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, eps=1e-6, fused=True),
+    "sgd": lambda ps, dev: torch.optim.SGD(ps, lr=0.1, fused=True),
+    "sgd-nesterov-weight-decay": lambda ps, dev: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True,
+                                                                 weight_decay=0.01, fused=True),
+    "sgd-dampening-maximize": lambda ps, dev: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.3,
+                                                              maximize=True, fused=True),
+    "sgd-tensor-lr": lambda ps, dev: torch.optim.SGD(ps, lr=torch.tensor(0.1, device=dev), momentum=0.5,
+                                                     fused=True),
+}
+
+
+def _train(make_opt, dev: str, steps: int = 3, scaler_args: dict | None = None, inf_at: int = -1) -> list:
+    """Run `steps` optimizer steps on `dev` (changing a float lr between steps, as a scheduler does); return
+    every parameter, gradient and optimizer state tensor after each step (and the scale, with a scaler)."""
+    model = copy.deepcopy(_model()).to(dev)
+    opt = make_opt(model.parameters(), dev)
+    scaler = torch.amp.GradScaler(dev, **scaler_args) if scaler_args is not None else None
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(1)).to(dev)
+    seen = []
+    for i in range(steps):
+        opt.zero_grad()
+        loss = model(x).pow(2).sum()
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
+        if i == inf_at:
+            with torch.no_grad():
+                model[0].weight.grad[0, 0] = float("inf")
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
+            seen.append(torch.tensor(scaler.get_scale()))
+        for g in opt.param_groups:
+            if not isinstance(g["lr"], torch.Tensor):
+                g["lr"] *= 0.7
+        seen += [p.detach().cpu().clone() for p in model.parameters()]
+        seen += [p.grad.detach().cpu().clone() for p in model.parameters()]
+        seen += [v.detach().cpu().clone() for s in opt.state.values() for v in s.values()
+                 if isinstance(v, torch.Tensor)]
+    return seen
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_fused_optimizer_matches_cpu_on_the_device_as_one_computation(name: str, no_fallback: str) -> None:
+    ref = _train(OPTIMIZERS[name], "cpu")
+    got = _train(OPTIMIZERS[name], no_fallback)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r, **TOL)
+    compiles = {d: n for (k, d), n in events.counts.items() if k == "compile" and "_fused_" in d}
+    # One kernel per step signature (SGD's first step with momentum is another): a new lr compiles nothing.
+    assert all(n <= (2 if "sgd" in name else 1) for n in compiles.values()), compiles
+
+
+@pytest.mark.parametrize("name", ["sgd-plain", "adamw-fused", "sgd-fused-momentum"])
+def test_grad_scaler_unscales_skips_an_inf_step_and_updates_the_scale(name: str, no_fallback: str) -> None:
+    make = {
+        "sgd-plain": lambda ps, dev: torch.optim.SGD(ps, lr=0.1),
+        "adamw-fused": OPTIMIZERS["adamw"],  # the fused kernel takes grad_scale and found_inf itself
+        "sgd-fused-momentum": lambda ps, dev: torch.optim.SGD(ps, lr=0.1, momentum=0.9, fused=True),
+    }[name]
+    args = {"init_scale": 2.0**10, "growth_interval": 2, "growth_factor": 4.0, "backoff_factor": 0.25}
+    ref = _train(make, "cpu", steps=5, scaler_args=args, inf_at=2)
+    got = _train(make, no_fallback, steps=5, scaler_args=args, inf_at=2)
+    assert [float(v) for v in got[:: len(got) // 5]] == [float(v) for v in ref[:: len(ref) // 5]]
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r, **TOL)
+
+
+def test_amp_ops_directly(no_fallback: str) -> None:
+    grads = [torch.tensor([1.0, 2.0]), torch.tensor([[4.0, float("nan")]]), torch.tensor([3.0])]
+    for found in (0.0, 1.0):
+        out = {}
+        for dev in ("cpu", no_fallback):
+            gs = [g.clone().to(dev) for g in (grads[::2] if found == 0.0 else grads)]
+            f = torch.tensor([0.0], device=dev)
+            torch._amp_foreach_non_finite_check_and_unscale_(gs, f, torch.tensor([0.5], device=dev))
+            scale, tracker = torch.tensor([8.0], device=dev), torch.tensor([1], dtype=torch.int32, device=dev)
+            r = torch._amp_update_scale_(scale, tracker, f, 2.0, 0.5, 2)
+            assert r is scale
+            out[dev] = [t.cpu() for t in (*gs, f, scale, tracker)]
+        for g, r in zip(out[no_fallback], out["cpu"], strict=True):
+            torch.testing.assert_close(g, r, equal_nan=True)
+        assert float(out["cpu"][-3]) == found
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_histc_on_integers_counts_as_cuda_does(dtype: torch.dtype, no_fallback: str) -> None:
+    x = torch.tensor([0, 1, 2, 2, 3, 4, 5, 7, 9, 3], dtype=dtype)
+    got = torch.histc(x.to(no_fallback), bins=4, min=0, max=7)
+    # CUDA: bin = (x - min) * bins // (max - min), x == max in the last bin, values outside [min, max] ignored
+    assert got.dtype == dtype
+    assert got.cpu().tolist() == [2, 4, 2, 1]
+    # Mixtral/Qwen3-MoE routing: tokens per expert
+    experts = torch.tensor([[0, 3], [1, 3], [3, 2], [0, 1]], dtype=dtype)
+    per_expert = torch.histc(experts.to(no_fallback), bins=4, min=0, max=3)
+    assert per_expert.cpu().tolist() == [2, 2, 1, 3]
+    # min == max: the data's range
+    assert torch.histc(x.to(no_fallback), bins=3).cpu().tolist() == [4, 4, 2]
+    assert torch.histc(torch.full((3,), 5, dtype=dtype).to(no_fallback), bins=2).cpu().tolist() == [0, 3]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_histc_on_floats_matches_cpu(dtype: torch.dtype, no_fallback: str) -> None:
+    x = torch.cat([torch.randn(200, generator=torch.Generator().manual_seed(0)),
+                   torch.tensor([-1.0, 1.0, 0.0, 0.999999, -3.0, 3.0])]).to(dtype)
+    for kwargs in ({"bins": 10, "min": -1, "max": 1}, {"bins": 7}, {"bins": 1, "min": 0.5, "max": 0.5},
+                   {"bins": 13, "min": -2.5, "max": 0.25}):
+        got = torch.histc(x.to(no_fallback), **kwargs)
+        torch.testing.assert_close(got.cpu(), torch.histc(x, **kwargs), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="max must be larger than min"):
+        torch.histc(x.to(no_fallback), bins=3, min=2, max=1)
