@@ -149,3 +149,53 @@ def test_histc_on_floats_matches_cpu(dtype: torch.dtype, no_fallback: str) -> No
         torch.testing.assert_close(got.cpu(), torch.histc(x, **kwargs), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(x.to(no_fallback), bins=3, min=2, max=1)
+
+
+@pytest.fixture
+def fuse_mode(no_fallback: str):
+    from tputool.backend import fused as engine
+
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    yield engine
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+
+
+def test_fused_mode_records_each_fused_op_as_one_node(fuse_mode, no_fallback: str) -> None:
+    args = {"init_scale": 2.0**10, "growth_interval": 2}
+    for make in (OPTIMIZERS["adamw-amsgrad-maximize"], OPTIMIZERS["sgd-nesterov-weight-decay"]):
+        ref = _train(make, "cpu", steps=4, scaler_args=args, inf_at=1)
+        got = _train(make, no_fallback, steps=4, scaler_args=args, inf_at=1)
+        for g, r in zip(got, ref, strict=True):
+            torch.testing.assert_close(g, r, **TOL)
+    reasons = [d for (k, d), _ in events.counts.items() if k == "flush"]
+    assert not [d for d in reasons if "no lowering" in d or "could not defer" in d], reasons
+    ps = [torch.ones(3, device=no_fallback), torch.ones(2, 2, device=no_fallback)]
+    grads = [torch.full_like(p, 0.5) for p in ps]
+    fuse_mode.flush("test")
+    torch._fused_sgd_(ps, grads, [], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0, nesterov=False,
+                      maximize=False, is_first_step=False)
+    assert len(fuse_mode.TRACE.nodes) == 1
+    torch.testing.assert_close(ps[1].cpu(), torch.full((2, 2), 0.95))
+
+
+def test_compiled_step_of_a_fused_optimizer_matches_cpu(no_fallback: str) -> None:
+    from tputool.backend.graph import install
+
+    install()
+    torch._dynamo.reset()
+    ref, model = _model(), _model().to(no_fallback)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
+    step = torch.compile(opt.step, backend="tpu")
+    x = torch.randn(4, 5)
+    try:
+        for _ in range(3):
+            for m, o, s, inp in ((ref, opt_ref, opt_ref.step, x), (model, opt, step, x.to(no_fallback))):
+                o.zero_grad()
+                m(inp).pow(2).sum().backward()
+                s()
+    finally:
+        torch._dynamo.reset()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
+    assert events.total("graph_break") == 0
