@@ -199,3 +199,44 @@ def test_compiled_step_of_a_fused_optimizer_matches_cpu(no_fallback: str) -> Non
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
     assert events.total("graph_break") == 0
+
+
+FFTS = {
+    "fft": lambda x, z: torch.fft.fft(x),
+    "ifft-real": lambda x, z: torch.fft.ifft(x),
+    "rfft-ortho": lambda x, z: torch.fft.rfft(x, norm="ortho"),
+    "irfft-n": lambda x, z: torch.fft.irfft(z, n=7),
+    "fft2-complex-forward": lambda x, z: torch.fft.fft2(z, norm="forward"),
+    "ifftn-dims": lambda x, z: torch.fft.ifftn(z, dim=(0, 2)),
+    "rfftn": lambda x, z: torch.fft.rfftn(x),
+    "irfft2": lambda x, z: torch.fft.irfft2(z),
+    "hfft": lambda x, z: torch.fft.hfft(z),
+    "ihfft": lambda x, z: torch.fft.ihfft(x),
+    "stft": lambda x, z: torch.stft(x.flatten(), 8, hop_length=2, window=torch.hann_window(8, device=x.device),
+                                    return_complex=True),
+}
+
+
+@pytest.mark.parametrize("name", list(FFTS))
+def test_fft_runs_on_the_device_with_cpus_results(name: str, no_fallback: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 6, generator=g)
+    z = torch.complex(torch.randn(3, 4, 6, generator=g), torch.randn(3, 4, 6, generator=g))
+    ref = FFTS[name](x, z)
+    got = FFTS[name](x.to(no_fallback), z.to(no_fallback))
+    assert got.dtype == ref.dtype
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conjugate_and_negative_views_read_resolved(no_fallback: str) -> None:
+    z = torch.complex(torch.randn(5), torch.randn(5))
+    t = z.to(no_fallback)
+    for fn in (lambda a: a.conj(), lambda a: a.conj()[1:4], lambda a: a.conj().imag, lambda a: a.conj().clone(),
+               lambda a: torch.view_as_real(a.conj().resolve_conj()), lambda a: torch.view_as_complex(
+                   torch.view_as_real(a) * 2)):
+        got, ref = fn(t), fn(z)
+        assert got.is_conj() == ref.is_conj() and got.is_neg() == ref.is_neg()
+        torch.testing.assert_close(got.cpu(), ref.resolve_conj().resolve_neg())
+    out = torch.zeros(5, dtype=torch.complex64, device=no_fallback)
+    out.copy_(t.conj())
+    torch.testing.assert_close(out.cpu(), z.conj().resolve_conj())

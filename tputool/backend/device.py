@@ -114,6 +114,9 @@ def _register_kernels() -> None:
     for op in hot_ops(storage_kernels.HOT):
         aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
                                                          else ""), dispatch.kernel_for(op), "PrivateUse1")
+    for name, kernel in storage_kernels.BIT_KERNELS.items():
+        for key in ("Conjugate", "Negative"):
+            aten_lib.impl(name, kernel, key)
     autocast.register(_libs)
 
 

@@ -43,7 +43,7 @@ PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach
                aten.lift_fresh.default}
 """Ops that only make or relabel tensors: run as usual even on lazy tensors."""
 
-NOT_VIEWS = {aten.view.dtype}
+NOT_VIEWS = {aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default}
 
 SYNC_REASONS = {
     aten._local_scalar_dense.default: ".item() / bool() / a Python number from a tensor",

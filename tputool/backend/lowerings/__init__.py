@@ -80,6 +80,7 @@ def _load_families() -> None:
     from tputool.backend.lowerings import (  # noqa: F401 - registering is the import's effect
         creation,
         elementwise,
+        fft,
         functional_views,
         indexing,
         linalg,
