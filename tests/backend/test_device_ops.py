@@ -240,3 +240,56 @@ def test_conjugate_and_negative_views_read_resolved(no_fallback: str) -> None:
     out = torch.zeros(5, dtype=torch.complex64, device=no_fallback)
     out.copy_(t.conj())
     torch.testing.assert_close(out.cpu(), z.conj().resolve_conj())
+
+
+def _spd(n: int, batch: tuple = ()) -> torch.Tensor:
+    a = torch.randn(*batch, n, n, generator=torch.Generator().manual_seed(3))
+    return a @ a.mT + n * torch.eye(n)
+
+
+LINALG = {
+    "det": lambda a, b: torch.linalg.det(a),
+    "det-transposed": lambda a, b: torch.linalg.det(a.mT),
+    "slogdet": lambda a, b: torch.linalg.slogdet(a - 3 * torch.eye(4, device=a.device)).logabsdet,
+    "logdet": lambda a, b: torch.logdet(a.mT),
+    "solve": lambda a, b: torch.linalg.solve(a, b),
+    "solve-vector": lambda a, b: torch.linalg.solve(a, b[..., 0]),
+    "solve-right": lambda a, b: torch.linalg.solve(a, b.mT, left=False),
+    "lu_solve-adjoint": lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True),
+    "lu_solve-right": lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False),
+    "lu": lambda a, b: torch.cat(torch.linalg.lu(a), -1),
+    "lu_unpack": lambda a, b: torch.cat([x.flatten(1) for x in torch.lu_unpack(*torch.linalg.lu_factor(a[..., :3]))],
+                                        -1),
+    "cholesky": lambda a, b: torch.cholesky(a, upper=True),
+    "cholesky_solve": lambda a, b: torch.cholesky_solve(b, torch.linalg.cholesky(a)),
+    "cholesky_inverse": lambda a, b: torch.cholesky_inverse(torch.linalg.cholesky(a)),
+    "triangular_solve": lambda a, b: torch.triangular_solve(b, a.triu(), transpose=True).solution,
+    "householder_product": lambda a, b: torch.linalg.householder_product(a, b[..., 0]),
+    "geqrf-ormqr": lambda a, b: torch.ormqr(*torch.geqrf(a), b, transpose=True),
+}
+
+
+@pytest.mark.parametrize("name", list(LINALG))
+def test_linalg_runs_on_the_device_with_cpus_values_and_gradients(name: str, no_fallback: str) -> None:
+    a, b = _spd(4, (2,)), torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(4))
+    ca, cb = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ta, tb = a.to(no_fallback).requires_grad_(), b.to(no_fallback).requires_grad_()
+    ref, got = LINALG[name](ca, cb), LINALG[name](ta, tb)
+    torch.testing.assert_close(got.cpu(), ref.detach(), rtol=1e-4, atol=1e-4)
+    if name in ("lu", "lu_unpack", "geqrf-ormqr"):  # (factorizations: values only)
+        return
+    ref.sum().backward()
+    got.sum().backward()
+    for t, c in ((ta, ca), (tb, cb)):
+        if c.grad is not None:
+            torch.testing.assert_close(t.grad.cpu(), c.grad, rtol=1e-3, atol=1e-3)
+
+
+def test_singular_values_and_eigenvalues_without_grad_run_on_the_device(no_fallback: str) -> None:
+    a = _spd(5, (3,))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.linalg.svdvals(a.to(no_fallback)).cpu(), torch.linalg.svdvals(a))
+        torch.testing.assert_close(torch.linalg.eigvalsh(a.to(no_fallback), UPLO="U").cpu(),
+                                   torch.linalg.eigvalsh(a, UPLO="U"))
+        info = torch.linalg.lu_factor_ex(torch.zeros(3, 3, device=no_fallback)).info
+        assert info.cpu().tolist() == torch.linalg.lu_factor_ex(torch.zeros(3, 3)).info.tolist()

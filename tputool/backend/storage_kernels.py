@@ -415,6 +415,29 @@ def _lowered(op):
     return LoweredOp(op, eager_lowering(op))
 
 
+_det_h: dict = {}
+
+
+def _det_like(op, A):
+    # Reads A's layout, so a kernel: the lowering returns the LU factors of A^T for a real A, which PyTorch's
+    # det/slogdet backward expects when A is contiguous; a non-contiguous real A goes in transposed (same
+    # determinant), so the factors are A's, as the backward then expects.
+    h = _det_h.get(op) or _det_h.setdefault(op, _lowered(op))
+    if not A.is_contiguous() and not A.is_complex():
+        A = A.mT
+    return h((A,), {})
+
+
+@_kernel(aten._linalg_det.default)
+def _linalg_det(A):
+    return _det_like(aten._linalg_det.default, A)
+
+
+@_kernel(aten._linalg_slogdet.default)
+def _linalg_slogdet(A):
+    return _det_like(aten._linalg_slogdet.default, A)
+
+
 _index_h = None
 
 
