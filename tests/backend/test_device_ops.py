@@ -293,3 +293,23 @@ def test_singular_values_and_eigenvalues_without_grad_run_on_the_device(no_fallb
                                    torch.linalg.eigvalsh(a, UPLO="U"))
         info = torch.linalg.lu_factor_ex(torch.zeros(3, 3, device=no_fallback)).info
         assert info.cpu().tolist() == torch.linalg.lu_factor_ex(torch.zeros(3, 3)).info.tolist()
+
+
+def test_compiled_det_of_a_view_never_gives_another_gradient(no_fallback: str) -> None:
+    """det/slogdet return LU factors that depend on A's layout (eager reads it); a graph, which cannot, refuses."""
+    from tputool.backend.graph import install
+
+    install()
+    torch._dynamo.reset()
+    a = _spd(4)
+    ref = a.clone().requires_grad_()
+    torch.linalg.det(ref.mT).backward()
+    x = a.to(no_fallback).requires_grad_()
+    try:
+        torch.compile(lambda t: torch.linalg.det(t.mT), backend="tpu")(x).backward()
+    except Exception as e:  # noqa: BLE001 - a refusal is the other allowed outcome
+        assert "no JAX lowering for aten._linalg_det" in str(e)
+        return
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(x.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-4)

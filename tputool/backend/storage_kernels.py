@@ -12,7 +12,8 @@ import torch
 
 from tputool.backend import dtypes
 from tputool.backend import tensor as tt
-from tputool.backend.dispatch import Signature
+from tputool.backend.dispatch import LoweredOp, Signature
+from tputool.backend.lowerings import Lowering, linalg
 from tputool.backend.op_plan import KERNELS
 from tputool.backend.runtime import STATE as _state
 from tputool.backend.views import contiguous_strides
@@ -344,11 +345,12 @@ def set_empty(self):
     return set_tensor(self, fresh)
 
 
-# Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of KERNELS is
-# reached through the fallback.
+# Ops registered directly with torch.library (cheaper than the boxed fallback; and for structured ops such as
+# _linalg_det, the only way their functional form reaches the device: else PyTorch calls the out= form); the
+# rest of KERNELS is reached through the fallback.
 HOT = (aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
        aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
-       aten._local_scalar_dense.default, aten.resize_.default)
+       aten._local_scalar_dense.default, aten.resize_.default, aten._linalg_det.default, aten._linalg_slogdet.default)
 
 
 # ---- data-dependent shapes: one scalar host sync for the size, then the work on the device --------
@@ -418,11 +420,11 @@ def _lowered(op):
 _det_h: dict = {}
 
 
-def _det_like(op, A):
-    # Reads A's layout, so a kernel: the lowering returns the LU factors of A^T for a real A, which PyTorch's
-    # det/slogdet backward expects when A is contiguous; a non-contiguous real A goes in transposed (same
-    # determinant), so the factors are A's, as the backward then expects.
-    h = _det_h.get(op) or _det_h.setdefault(op, _lowered(op))
+def _det_like(op, fn, A):
+    # Reads A's layout, so a kernel: `fn` returns the LU factors of A^T for a real A, which PyTorch's det/slogdet
+    # backward expects when A is contiguous; a non-contiguous real A goes in transposed (same determinant), so
+    # the factors are A's, as the backward then expects. (Eager only: traced executors cannot see layouts.)
+    h = _det_h.get(op) or _det_h.setdefault(op, LoweredOp(op, Lowering(fn)))
     if not A.is_contiguous() and not A.is_complex():
         A = A.mT
     return h((A,), {})
@@ -430,12 +432,12 @@ def _det_like(op, A):
 
 @_kernel(aten._linalg_det.default)
 def _linalg_det(A):
-    return _det_like(aten._linalg_det.default, A)
+    return _det_like(aten._linalg_det.default, linalg.det, A)
 
 
 @_kernel(aten._linalg_slogdet.default)
 def _linalg_slogdet(A):
-    return _det_like(aten._linalg_slogdet.default, A)
+    return _det_like(aten._linalg_slogdet.default, linalg.slogdet, A)
 
 
 _index_h = None

@@ -221,20 +221,24 @@ def _perm_sign(pivots, dtype):
 
 
 def _det_lu(A):
-    """LU of A^T for a real A, of A for a complex one: what PyTorch's det/slogdet return (for a contiguous A)
-    and what their backward formulas expect (eager dispatch passes a non-contiguous real A transposed)."""
+    """LU of A^T for a real A, of A for a complex one: what PyTorch's det/slogdet return for a contiguous A,
+    and what their backward formulas then expect (for a non-contiguous A they expect A's)."""
     return _lu(A if jnp.iscomplexobj(A) else jnp.swapaxes(A, -1, -2))
 
 
-@lowering(aten._linalg_det.default)
+# _linalg_det / _linalg_slogdet: not in the table, as the LU they return depends on A's layout, which only
+# eager dispatch sees (storage_kernels runs these with a non-contiguous real A transposed); traced executors
+# would hand a graph's backward the wrong factors for a view.
+
 def det(A):
+    """aten._linalg_det on a JAX value: (det, LU, pivots), the LU of `_det_lu`."""
     lu, piv, _ = _det_lu(A)
     d = jnp.prod(jnp.diagonal(lu, axis1=-2, axis2=-1), -1)
     return d * _perm_sign(piv, d.dtype), lu, piv
 
 
-@lowering(aten._linalg_slogdet.default)
 def slogdet(A):
+    """aten._linalg_slogdet on a JAX value: (sign, logabsdet, LU, pivots), the LU of `_det_lu`."""
     lu, piv, _ = _det_lu(A)
     d = jnp.diagonal(lu, axis1=-2, axis2=-1)
     a = jnp.abs(d)
