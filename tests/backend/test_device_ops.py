@@ -313,3 +313,24 @@ def test_compiled_det_of_a_view_never_gives_another_gradient(no_fallback: str) -
     finally:
         torch._dynamo.reset()
     torch.testing.assert_close(x.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["adamw-amsgrad-maximize", "sgd-nesterov-weight-decay"])
+def test_fused_optimizer_on_bfloat16_does_float32_math(name: str, no_fallback: str) -> None:
+    """bf16 parameters step in float32 and are rounded once (the reference: float32 on CPU from the same bf16
+    values; PyTorch 2.13's own CPU fused SGD kernel is off for bf16 tensors of 16+ elements)."""
+    g = torch.Generator().manual_seed(5)
+    vals = [torch.randn(40, generator=g).to(torch.bfloat16) for _ in range(2)]
+    grads = [torch.randn(40, generator=g).to(torch.bfloat16) for _ in range(2)]
+
+    def run(dev: str, dtype: torch.dtype) -> list:
+        ps = [v.to(dev, dtype).requires_grad_() for v in vals]
+        opt = OPTIMIZERS[name](ps, dev)
+        for _ in range(2):
+            for p, gr in zip(ps, grads, strict=True):
+                p.grad = gr.to(dev, dtype)
+            opt.step()
+        return [p.detach().cpu().float() for p in ps]
+
+    for got, ref in zip(run(no_fallback, torch.bfloat16), run("cpu", torch.float32), strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)  # (bf16 storage: ~3 significant digits)
