@@ -334,3 +334,13 @@ def test_fused_optimizer_on_bfloat16_does_float32_math(name: str, no_fallback: s
 
     for got, ref in zip(run(no_fallback, torch.bfloat16), run("cpu", torch.float32), strict=True):
         torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)  # (bf16 storage: ~3 significant digits)
+
+
+def test_fft_and_conjugate_views_in_fused_mode(fuse_mode, no_fallback: str) -> None:
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(6))
+    t = x.to(no_fallback)
+    torch.testing.assert_close(torch.fft.ifft(t * 2).cpu(), torch.fft.ifft(x * 2))
+    z, ref = torch.fft.rfft(t), torch.fft.rfft(x)
+    torch.testing.assert_close(z.conj().imag.cpu(), ref.conj().imag)
+    torch.testing.assert_close(z.conj()[1:].clone().cpu(), ref.conj()[1:].resolve_conj())
+    torch.testing.assert_close(torch.view_as_real(z * 1).cpu(), torch.view_as_real(ref))

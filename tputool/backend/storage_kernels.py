@@ -188,11 +188,15 @@ def clone_resolving_bits(self, *, memory_format=None):
     """aten.clone at the Conjugate/Negative dispatch keys, which only tensors with a view bit reach: a tpu
     tensor's clone holds its values with the bits resolved (CPU's clone copies through copy_, which resolves
     them; `.cpu()` of `x.conj()` clones first); other tensors go on as usual."""
-    if self.device.type != "tpu":
-        with torch._C._ExcludeDispatchKeyGuard(_BIT_KEYS):
-            return aten.clone.default(self, memory_format=memory_format)
-    out = torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
-    return copy_into(out, self)
+    conj, neg = self.is_conj(), self.is_neg()
+    with torch._C._ExcludeDispatchKeyGuard(_BIT_KEYS):  # (ops below dispatch as usual: Fused mode records them)
+        out = aten.clone.default(self, memory_format=memory_format)
+        if self.device.type == "tpu":  # our clone copied the stored values; resolve them
+            if conj:
+                out = aten.conj_physical.default(out)
+            if neg:
+                out = aten.neg.default(out)
+    return out
 
 
 BIT_KERNELS = {"clone": clone_resolving_bits}
