@@ -344,3 +344,22 @@ def test_fft_and_conjugate_views_in_fused_mode(fuse_mode, no_fallback: str) -> N
     torch.testing.assert_close(z.conj().imag.cpu(), ref.conj().imag)
     torch.testing.assert_close(z.conj()[1:].clone().cpu(), ref.conj()[1:].resolve_conj())
     torch.testing.assert_close(torch.view_as_real(z * 1).cpu(), torch.view_as_real(ref))
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_complex_products_of_conjugate_views(mode: str, no_fallback: str) -> None:
+    """mm/bmm/addmm/dot/vdot/solve_triangular reach the device with a view's conjugate bit set (CPU's BLAS
+    reads it): the bit is resolved first, so `x.mH @ y` is the conjugate transpose's product."""
+    g = torch.Generator().manual_seed(7)
+    z, w = (torch.complex(torch.randn(3, 3, generator=g), torch.randn(3, 3, generator=g)) for _ in range(2))
+    cases = (lambda a, b: a.mH @ b, lambda a, b: torch.bmm(a[None].conj(), b[None]),
+             lambda a, b: torch.addmm(b, a.conj(), b, beta=2), lambda a, b: torch.dot(a[0].conj(), b[1]),
+             lambda a, b: torch.vdot(a[0], b[1]), lambda a, b: torch.conj_physical(a.conj()),
+             lambda a, b: torch.linalg.solve_triangular(a.triu().mH + 3 * torch.eye(3, device=a.device), b,
+                                                        upper=False))
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode))
+    try:
+        for fn in cases:
+            torch.testing.assert_close(fn(z.to(no_fallback), w.to(no_fallback)).cpu(), fn(z, w))
+    finally:
+        torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)

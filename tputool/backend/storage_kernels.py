@@ -199,8 +199,31 @@ def clone_resolving_bits(self, *, memory_format=None):
     return out
 
 
+def _resolved(x):
+    if isinstance(x, torch.Tensor) and x.device.type == "tpu" and (x.is_conj() or x.is_neg()):
+        return x.clone()  # (clone_resolving_bits)
+    return x
+
+
+def _resolving(op: torch._ops.OpOverload):
+    """A kernel for `op` at the Conjugate/Negative keys, where PyTorch lets it through with the bits set (its
+    CPU/CUDA kernels read them, e.g. BLAS conjugate-transposes `x.mH @ y`): tpu inputs with a bit are resolved
+    into plain tensors first, since lowerings see stored values only; other tensors go on as usual."""
+    def kernel(*args, **kwargs):
+        args = [_resolved(a) for a in args]
+        kwargs = {k: (v if k == "out" else _resolved(v)) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(_BIT_KEYS):
+            return op(*args, **kwargs)
+
+    return kernel
+
+
 BIT_KERNELS = {"clone": clone_resolving_bits}
 """aten op name -> kernel registered at the Conjugate and Negative keys (see clone_resolving_bits)."""
+for _name in ("mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "linalg_solve_triangular", "conj_physical",
+              "mm.out", "bmm.out", "addmm.out", "baddbmm.out", "dot.out", "vdot.out", "linalg_solve_triangular.out"):
+    _pkt, _, _ov = _name.partition(".")
+    BIT_KERNELS[_name] = _resolving(getattr(getattr(aten, _pkt), _ov or "default"))
 
 
 @_kernel(aten._local_scalar_dense.default)

@@ -41,10 +41,15 @@ def mv(self, vec):
     return _matmul(cast(self, res), cast(vec, res), res)
 
 
-@lowering(aten.dot.default, aten.vdot.default)
+@lowering(aten.dot.default)
 def dot(self, tensor):
     res = _mm_dtype(self, tensor)
     return _matmul(cast(self, res), cast(tensor, res), res)
+
+
+@lowering(aten.vdot.default)
+def vdot(self, other):
+    return dot(jnp.conj(self), other)
 
 
 def _addmm_like(self, m1, m2, beta, alpha):
