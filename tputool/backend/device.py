@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import warnings
 
 import torch
 
@@ -115,6 +116,11 @@ def _register_kernels() -> None:
     for op in hot_ops(storage_kernels.HOT):
         aten_lib.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
                                                          else ""), dispatch.kernel_for(op), "PrivateUse1")
+    with warnings.catch_warnings():  # (these replace PyTorch's fallthrough, which it warns about)
+        warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
+        for name, kernel in storage_kernels.BIT_KERNELS.items():
+            for key in ("Conjugate", "Negative"):
+                aten_lib.impl(name, kernel, key)
     fork.install([lib, aten_lib])  # (a child forked after JAX started swaps them for a kernel that refuses)
     autocast.register(_libs)
 

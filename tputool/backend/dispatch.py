@@ -16,7 +16,7 @@ import torch
 from tputool.backend import cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
-from tputool.backend.op_plan import Route, cast_results
+from tputool.backend.op_plan import Route, cast_results, written_tensors
 from tputool.backend.runtime import STATE as _state
 
 Handler = Callable[[tuple, dict], object]
@@ -199,6 +199,9 @@ class LoweredOp:
         self.fkw = [fsig.kwarg_only[i] for i in range(len(fsig.names))]
         self.fnames = fsig.names
         self.fkinds = [self.sig.kinds[p] for p in self.fpos]
+        if low.dynamic_floats:  # `float` arguments traced like Scalars
+            self.fkinds = [SC if isinstance(fsig.args[j].type, torch._C.FloatType) else k
+                           for j, k in enumerate(self.fkinds)]
         self.fdefaults = fsig.defaults
         self.single = len(fsig.returns) == 1 and fsig.returns[0] == "Tensor"
         self.dyn_scalars = not low.static_scalars
@@ -459,7 +462,7 @@ class InplaceOp(LoweredOp):
 
     def call(self, args: tuple, kwargs: dict):
         vals = self.sig.normalize(args, kwargs)
-        targets = [vals[i] for i in self.sig.written]
+        targets = written_tensors(vals, self.sig.written)
         dts = tuple(t.dtype for t in targets)
         shapes = tuple(tuple(t.shape) for t in targets)
         name = self.name
@@ -470,7 +473,8 @@ class InplaceOp(LoweredOp):
         out = self._run(vals, (dts, shapes), post)
         for t, o in zip(targets, out, strict=False):
             tt.write(t, o)
-        return targets[0] if len(self.sig.returns) == 1 else tuple(targets)
+        n = len(self.sig.returns)
+        return None if n == 0 else targets[0] if n == 1 else tuple(targets)
 
 
 class OutOp(LoweredOp):

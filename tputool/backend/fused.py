@@ -43,7 +43,7 @@ PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach
                aten.lift_fresh.default}
 """Ops that only make or relabel tensors: run as usual even on lazy tensors."""
 
-NOT_VIEWS = {aten.view.dtype}
+NOT_VIEWS = {aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default}
 
 SYNC_REASONS = {
     aten._local_scalar_dense.default: ".item() / bool() / a Python number from a tensor",
@@ -503,7 +503,7 @@ class _OpFacts:
         self.n_returns = len(rets)
         self.returns_list = len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType)
         self.names = [a.name for a in schema_args]
-        self.args, self.pos_args = _arg_facts(func)
+        self.args, self.pos_args = _arg_facts(func, self.low is not None and self.low.dynamic_floats)
 
 
 _FACTS: dict[int, _OpFacts] = {}
@@ -599,14 +599,16 @@ FuseMode.__torch_dispatch__ = _skip_dynamo(FuseMode.__dict__["__torch_dispatch__
 
 
 
-def _arg_facts(op: torch._ops.OpOverload) -> tuple[dict, list]:
+def _arg_facts(op: torch._ops.OpOverload, floats: bool = False) -> tuple[dict, list]:
     """Per argument of `op`, computed once: (is a number list, is a number, has a default, the default);
-    by name and in positional order (schema objects are rebuilt on every access, so never on the hot path)."""
+    by name and in positional order (schema objects are rebuilt on every access, so never on the hot path).
+    With `floats` (a lowering with `dynamic_floats`), `float` arguments count as numbers too."""
+    numbers = (torch._C.NumberType, torch._C.FloatType) if floats else torch._C.NumberType
+
     def facts(a) -> tuple:
         is_list = isinstance(a.type, torch._C.ListType) and isinstance(a.type.getElementType(), torch._C.NumberType)
         has_default = a.has_default_value()
-        return (is_list, isinstance(a.type, torch._C.NumberType), has_default,
-                a.default_value if has_default else None)
+        return (is_list, isinstance(a.type, numbers), has_default, a.default_value if has_default else None)
 
     args = op._schema.arguments
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
@@ -691,8 +693,7 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         return NotImplemented  # (no lowering, or an out= variant: runs eagerly)
     if written:
         vals = list(args) + [kwargs.get(n) for n in f.names[len(args):]]
-        targets = vals[written[0]]
-        targets = list(targets) if isinstance(targets, list | tuple) else [targets]
+        targets = op_plan.written_tensors(vals, written)
         if not all(_is_data_tensor(t) for t in targets):
             return NotImplemented
     conv = _kinds(f, args, kwargs, TRACE, low.static_scalars)

@@ -265,10 +265,26 @@ def check_cast(res_dtype, out_dtype: torch.dtype, name: str) -> None:  # noqa: A
         raise RuntimeError(f"{name}: result type {rt} can't be cast to the desired output type {out_dtype}")
 
 
+def written_tensors(vals: list, written: tuple[int, ...] | list[int]) -> list[torch.Tensor]:
+    """The tensors an in-place/out= op writes (`vals`: its arguments in schema order), tensor lists flattened:
+    the order of `cast_results`' results."""
+    out: list[torch.Tensor] = []
+    for i in written:
+        v = vals[i]
+        if isinstance(v, list | tuple):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
 def cast_results(out, dtypes: tuple[torch.dtype, ...], shapes: tuple | None, name: str) -> tuple:  # noqa: ANN001
-    """The functional lowering's result(s) `out` ready to write into in-place/out= targets: each checked
-    against its target's shape (in-place ops; `shapes` None for out=, which resizes) and cast to its dtype."""
+    """The functional lowering's result(s) `out` ready to write into in-place/out= targets (`written_tensors`'
+    order: result lists flattened): each checked against its target's shape (in-place ops; `shapes` None for
+    out=, which resizes) and cast to its dtype."""
     outs = out if isinstance(out, tuple | list) else (out,)
+    if any(isinstance(o, tuple | list) for o in outs):  # e.g. _fused_adamw: one list per written list
+        outs = [x for o in outs for x in (o if isinstance(o, tuple | list) else (o,))]
     res = []
     for i, (o, dt) in enumerate(zip(outs, dtypes, strict=False)):
         if shapes is not None and tuple(o.shape) != shapes[i]:

@@ -12,7 +12,8 @@ import torch
 
 from tputool.backend import dtypes
 from tputool.backend import tensor as tt
-from tputool.backend.dispatch import Signature
+from tputool.backend.dispatch import LoweredOp, Signature
+from tputool.backend.lowerings import Lowering, linalg
 from tputool.backend.op_plan import KERNELS
 from tputool.backend.runtime import STATE as _state
 from tputool.backend.views import contiguous_strides
@@ -86,13 +87,37 @@ def _converter(dst_dtype, dst_shape):
     return jax.jit(conv)
 
 
+@functools.cache
+def _flip_bits(conj: bool, neg: bool):
+    """The jitted map between a tensor's stored values and its values under conjugate / negative view bits
+    (each is its own inverse)."""
+    def flip(x):
+        if conj:
+            x = jax.numpy.conj(x)
+        return -x if neg else x
+
+    return jax.jit(flip)
+
+
+def _bits(t: torch.Tensor) -> tuple[bool, bool]:
+    """(conjugate bit, negative bit) of `t`: views whose values are the conjugate / negation of their storage's
+    (`x.conj()` of a complex tensor, `x.conj().imag`); copies are the ops that must resolve them."""
+    return t.is_conj(), t.is_neg()
+
+
 def _value_for(dst: torch.Tensor, src: torch.Tensor) -> jax.Array:
-    """`src`'s value, cast to dst's dtype and broadcast to dst's shape, as a JAX array."""
+    """`src`'s value, cast to dst's dtype and broadcast to dst's shape, as a JAX array to store in dst (view
+    bits resolved: stored conjugated/negated where dst's bits say so)."""
     v = tt.to_jax(src) if src.device.type == "tpu" else tt.cpu_to_jax(src)
+    src_bits, dst_bits = _bits(src), _bits(dst)
+    if src_bits != (False, False):
+        v = _flip_bits(*src_bits)(v)
     want = dtypes.TORCH_TO_NP[dst.dtype]
     shape = tuple(dst.shape)
     if v.dtype != want or v.shape != shape:
         v = _converter(want, shape)(v)
+    if dst_bits != (False, False):
+        v = _flip_bits(*dst_bits)(v)
     return v
 
 
@@ -103,7 +128,10 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         if _state.blocking:
             jax.block_until_ready(dst.untyped_storage()._tpu)
     else:
-        dst.copy_(tt.to_cpu(src, "cpu"))
+        v = tt.to_cpu(src, "cpu")
+        dst.copy_(v.conj() if src.is_conj() else v)  # (CPU's copy_ resolves the bits of a CPU view)
+        if src.is_neg():
+            dst.neg_()
     return dst
 
 
@@ -135,14 +163,67 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_bl
     if target.type == "tpu":
         _check_device(target)
         src = tt.to_jax(self) if self.device.type == "tpu" else tt.cpu_to_jax(self)
+        bits = _bits(self)
+        if bits != (False, False):
+            src = _flip_bits(*bits)(src)
         want = dtypes.to_np(dtype)
         if src.dtype != want:
             src = _converter(want, src.shape)(src)
         return tt.from_jax(src)
     out = tt.to_cpu(self, "cpu")
+    if self.is_conj():
+        out = out.conj_physical()
+    if self.is_neg():
+        out = out.neg()
     if target.type != "cpu" or out.dtype != dtype:
         out = out.to(device=target, dtype=dtype)
     return out
+
+
+_BIT_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Conjugate) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.Negative)
+
+
+def clone_resolving_bits(self, *, memory_format=None):
+    """aten.clone at the Conjugate/Negative dispatch keys, which only tensors with a view bit reach: a tpu
+    tensor's clone holds its values with the bits resolved (CPU's clone copies through copy_, which resolves
+    them; `.cpu()` of `x.conj()` clones first); other tensors go on as usual."""
+    conj, neg = self.is_conj(), self.is_neg()
+    with torch._C._ExcludeDispatchKeyGuard(_BIT_KEYS):  # (ops below dispatch as usual: Fused mode records them)
+        out = aten.clone.default(self, memory_format=memory_format)
+        if self.device.type == "tpu":  # our clone copied the stored values; resolve them
+            if conj:
+                out = aten.conj_physical.default(out)
+            if neg:
+                out = aten.neg.default(out)
+    return out
+
+
+def _resolved(x):
+    if isinstance(x, torch.Tensor) and x.device.type == "tpu" and (x.is_conj() or x.is_neg()):
+        return x.clone()  # (clone_resolving_bits)
+    return x
+
+
+def _resolving(op: torch._ops.OpOverload):
+    """A kernel for `op` at the Conjugate/Negative keys, where PyTorch lets it through with the bits set (its
+    CPU/CUDA kernels read them, e.g. BLAS conjugate-transposes `x.mH @ y`): tpu inputs with a bit are resolved
+    into plain tensors first, since lowerings see stored values only; other tensors go on as usual."""
+    def kernel(*args, **kwargs):
+        args = [_resolved(a) for a in args]
+        kwargs = {k: (v if k == "out" else _resolved(v)) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(_BIT_KEYS):
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+BIT_KERNELS = {"clone": clone_resolving_bits}
+"""aten op name -> kernel registered at the Conjugate and Negative keys (see clone_resolving_bits)."""
+for _name in ("mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "linalg_solve_triangular", "conj_physical",
+              "mm.out", "bmm.out", "addmm.out", "baddbmm.out", "dot.out", "vdot.out", "linalg_solve_triangular.out"):
+    _pkt, _, _ov = _name.partition(".")
+    BIT_KERNELS[_name] = _resolving(getattr(getattr(aten, _pkt), _ov or "default"))
 
 
 @_kernel(aten._local_scalar_dense.default)
@@ -219,6 +300,41 @@ def view_dtype(self, dtype):
     return tt.from_jax(jax.lax.bitcast_convert_type(r, want))
 
 
+def _as_real(v: jax.Array) -> jax.Array:
+    return jax.numpy.stack([v.real, v.imag], axis=-1)
+
+
+def _as_complex(v: jax.Array) -> jax.Array:
+    return jax.lax.complex(v[..., 0], v[..., 1])
+
+
+@_kernel(aten.view_as_real.default)
+def view_as_real(self):
+    # As view.dtype: a copy, not an alias (what the CPU fallback gave too, through the host).
+    if self.is_conj():
+        raise RuntimeError("view_as_real doesn't work on unresolved conjugated tensors.  To resolve the conjugate "
+                           "tensor so you can view it as real, use self.resolve_conj()")
+    if not self.is_complex():
+        raise RuntimeError(f"view_as_real is only supported for complex tensors, got {self.dtype}")
+    return tt.from_jax(_jitted(_as_real)(tt.to_jax(self)))
+
+
+@_kernel(aten.view_as_complex.default)
+def view_as_complex(self):
+    # As view.dtype: a copy, not an alias.
+    if self.dtype not in (torch.float32, torch.float64):
+        raise RuntimeError(f"view_as_complex is only supported for float and double tensors, but got a tensor of "
+                           f"scalar type: {str(self.dtype).removeprefix('torch.').capitalize()}")
+    if self.dim() == 0 or self.shape[-1] != 2:
+        raise RuntimeError("Tensor must have a last dimension of size 2")
+    return tt.from_jax(_jitted(_as_complex)(tt.to_jax(self)))
+
+
+@functools.cache
+def _jitted(fn):
+    return jax.jit(fn)
+
+
 @_kernel(aten.set_.source_Storage_storage_offset)
 def set_storage(self, source, storage_offset, size, stride=()):
     want = dtypes.to_np(self.dtype)
@@ -256,11 +372,12 @@ def set_empty(self):
     return set_tensor(self, fresh)
 
 
-# Ops registered directly with torch.library (cheaper than the boxed fallback); the rest of KERNELS is
-# reached through the fallback.
+# Ops registered directly with torch.library (cheaper than the boxed fallback; and for structured ops such as
+# _linalg_det, the only way their functional form reaches the device: else PyTorch calls the out= form); the
+# rest of KERNELS is reached through the fallback.
 HOT = (aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
        aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
-       aten._local_scalar_dense.default, aten.resize_.default)
+       aten._local_scalar_dense.default, aten.resize_.default, aten._linalg_det.default, aten._linalg_slogdet.default)
 
 
 # ---- data-dependent shapes: one scalar host sync for the size, then the work on the device --------
@@ -325,6 +442,29 @@ def _lowered(op):
     from tputool.backend.op_plan import eager_lowering
 
     return LoweredOp(op, eager_lowering(op))
+
+
+_det_h: dict = {}
+
+
+def _det_like(op, fn, A):
+    # Reads A's layout, so a kernel: `fn` returns the LU factors of A^T for a real A, which PyTorch's det/slogdet
+    # backward expects when A is contiguous; a non-contiguous real A goes in transposed (same determinant), so
+    # the factors are A's, as the backward then expects. (Eager only: traced executors cannot see layouts.)
+    h = _det_h.get(op) or _det_h.setdefault(op, LoweredOp(op, Lowering(fn)))
+    if not A.is_contiguous() and not A.is_complex():
+        A = A.mT
+    return h((A,), {})
+
+
+@_kernel(aten._linalg_det.default)
+def _linalg_det(A):
+    return _det_like(aten._linalg_det.default, linalg.det, A)
+
+
+@_kernel(aten._linalg_slogdet.default)
+def _linalg_slogdet(A):
+    return _det_like(aten._linalg_slogdet.default, linalg.slogdet, A)
 
 
 _index_h = None

@@ -107,6 +107,10 @@ def alias(t: torch.Tensor, size, stride, offset: int | None = None) -> torch.Ten
     """A new tensor sharing `t`'s storage, seen through (size, stride, offset) — a true view."""
     v = _create((0,), t.dtype)
     _set_storage_meta(_META_KS, v, t.untyped_storage(), t.storage_offset() if offset is None else offset, size, stride)
+    if t.is_conj():  # (a view keeps the conjugate/negative bits of what it views, as CPU's views do)
+        torch._C._set_conj(v, True)
+    if t.is_neg():
+        torch._C._set_neg(v, True)
     return v
 
 

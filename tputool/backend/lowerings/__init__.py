@@ -7,7 +7,8 @@ traced by `jax.jit`. Views, in-place ops and `out=` are handled by the callers a
 never inside it. Random ops are registered with `needs_rng=True` and receive the key as the keyword
 argument `rng_key` (a `jax.random` key), so the caller owns the RNG stream. Scalar (`number`) arguments
 may arrive as Python numbers or as weakly-typed 0-d traced values, unless the lowering is registered
-with `static_scalars=True`.
+with `static_scalars=True`. A lowering registered with `dynamic_floats=True` also takes its `float` (not
+Scalar) arguments as traced values, so a changing value (an optimizer's learning rate) compiles nothing new.
 
 Lowerings live in the family modules of this package (one table each, kept as data); this module only
 holds the registry.
@@ -38,6 +39,9 @@ class Lowering:
     traced_only: bool = False
     """True for lowerings only the functional executors (Fused recording, compiled graphs, tune) may use: view
     ops as values and copies, which eager mode runs as storage kernels (a tpu view shares its storage)."""
+    dynamic_floats: bool = False
+    """True when the op's `float` arguments (e.g. a fused optimizer's lr) are traced values like its Scalars
+    rather than static ones, so that a new value reuses the compiled kernel."""
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -51,15 +55,15 @@ def on_change(fn: Callable[[], None]) -> None:
     _listeners.append(fn)
 
 
-def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False,
-             traced_only: bool = False) -> Callable[[Callable], Callable]:
+def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False, traced_only: bool = False,
+             dynamic_floats: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
 
     def register(fn: Callable) -> Callable:
         for op in ops:
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
-                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only)
+                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only, dynamic_floats)
         for listener in _listeners:
             listener()
         return fn
@@ -76,10 +80,12 @@ def _load_families() -> None:
     from tputool.backend.lowerings import (  # noqa: F401 - registering is the import's effect
         creation,
         elementwise,
+        fft,
         functional_views,
         indexing,
         linalg,
         nn,
+        optim,
         random,
         reduction,
     )

@@ -89,6 +89,8 @@ TRACED_ONLY: dict = {
     memory_format=None: x if dtype is None else x.astype(_np_dtype(dtype)),
     aten.copy.default: lambda x, src, non_blocking=False: jnp.broadcast_to(src.astype(x.dtype), x.shape),
     aten.detach.default: lambda x: x,
+    aten.view_as_real.default: lambda x: jnp.stack([x.real, x.imag], axis=-1),
+    aten.view_as_complex.default: lambda x: lax.complex(x[..., 0], x[..., 1]),
 }
 """View ops as functional values: op -> lowering (registered below with traced_only=True)."""
 

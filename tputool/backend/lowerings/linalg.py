@@ -1,11 +1,13 @@
-"""Matrix-product lowerings (mm, addmm, bmm, baddbmm, mv, dot, ...), under JAX's default matmul precision."""
+"""Linear algebra lowerings: matrix products (mm, addmm, bmm, baddbmm, mv, dot, ...) under JAX's default matmul
+precision, and factorizations and solvers (LU, determinants, Cholesky, triangular, QR reflectors)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import torch
 
-from tputool.backend.lowerings import lowering
+from tputool.backend.lowerings import Unsupported, lowering
 from tputool.backend.lowerings._util import KIND, cast, promote
 
 aten = torch.ops.aten
@@ -39,10 +41,15 @@ def mv(self, vec):
     return _matmul(cast(self, res), cast(vec, res), res)
 
 
-@lowering(aten.dot.default, aten.vdot.default)
+@lowering(aten.dot.default)
 def dot(self, tensor):
     res = _mm_dtype(self, tensor)
     return _matmul(cast(self, res), cast(tensor, res), res)
+
+
+@lowering(aten.vdot.default)
+def vdot(self, other):
+    return dot(jnp.conj(self), other)
 
 
 def _addmm_like(self, m1, m2, beta, alpha):
@@ -76,7 +83,7 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
     return (_scale(cast(self, res), beta) + _scale(prod, alpha)).astype(res)
 
 
-# ---- decompositions and solvers with a unique answer (SVD/eigh are left to the CPU: sign conventions) ----
+# ---- decompositions and solvers with a unique answer (SVD/eigh vectors are left to the CPU: sign conventions) ----
 
 @lowering(aten.linalg_solve_triangular.default)
 def solve_triangular(self, B, *, upper, left=True, unitriangular=False):
@@ -123,3 +130,204 @@ def cdist(x1, x2, p, compute_mode):
     if p == float("inf"):
         return jnp.max(jnp.abs(diff), -1)
     return jnp.sum(jnp.abs(diff) ** p, -1) ** (1.0 / p)
+
+
+# ---- LU, determinants, solvers, Cholesky helpers, QR reflectors, matrix exponential -------------------------
+# LU factors and pivots are LAPACK's (partial pivoting; pivots 1-based int32). Ops whose errors PyTorch raises
+# from the data (check_errors=True, LU without pivoting) go to the CPU (`Unsupported`). SVD with U/V and eigh
+# with eigenvectors stay there too (sign conventions); their values-only forms are lowered.
+
+def _lu(A):
+    lu, piv, perm = jax.lax.linalg.lu(A)
+    return lu, (piv + 1).astype(jnp.int32), perm
+
+
+def _lu_info(lu):
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    zero = d == 0
+    return jnp.where(jnp.any(zero, -1), jnp.argmax(zero, -1) + 1, 0).astype(jnp.int32)
+
+
+def _perm(pivots, m: int):
+    return jax.lax.linalg.lu_pivots_to_permutation(pivots - 1, m)
+
+
+def _bcast_batch(*xs):
+    batch = jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
+    return [jnp.broadcast_to(x, batch + x.shape[-2:]) for x in xs]
+
+
+def _lu_solve(LU, pivots, B, left=True, adjoint=False):
+    res = _mm_dtype(LU, B)
+    LU, B = cast(LU, res), cast(B, res)
+    if not left:  # X A = B  <=>  A^H X^H = B^H
+        return _mh(_lu_solve(LU, pivots, _mh(B), True, not adjoint))
+    n = LU.shape[-1]
+    batch = jnp.broadcast_shapes(LU.shape[:-2], pivots.shape[:-1], B.shape[:-2])
+    LU = jnp.broadcast_to(LU, batch + LU.shape[-2:])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    perm = jnp.broadcast_to(_perm(pivots, n), batch + (n,))
+    solve = jax.lax.linalg.triangular_solve
+    if not adjoint:  # A = P L U: X = U^-1 L^-1 P^T B
+        y = jnp.take_along_axis(B, perm[..., None], axis=-2)
+        y = solve(LU, y, left_side=True, lower=True, unit_diagonal=True)
+        return solve(LU, y, left_side=True, lower=False)
+    y = solve(LU, B, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    y = solve(LU, y, left_side=True, lower=True, unit_diagonal=True, transpose_a=True, conjugate_a=True)
+    return jnp.take_along_axis(y, jnp.argsort(perm, axis=-1)[..., None], axis=-2)
+
+
+def _mh(x):
+    return jnp.swapaxes(x, -1, -2).conj()
+
+
+@lowering(aten.linalg_lu_factor_ex.default)
+def lu_factor_ex(A, *, pivot=True, check_errors=False):
+    if not pivot or check_errors:
+        raise Unsupported("linalg_lu_factor_ex: pivot=False / check_errors=True")
+    lu, piv, _ = _lu(A)
+    return lu, piv, _lu_info(lu)
+
+
+@lowering(aten.lu_unpack.default)
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    m, n = LU_data.shape[-2:]
+    k = min(m, n)
+    empty = jnp.zeros((0,), LU_data.dtype)
+    if unpack_data:
+        L = jnp.tril(LU_data[..., :, :k], -1) + jnp.eye(m, k, dtype=LU_data.dtype)
+        U = jnp.triu(LU_data[..., :k, :])
+    else:
+        L = U = empty
+    if unpack_pivots:
+        perm = _perm(LU_pivots, m)  # A[perm] = L U, so A = P L U with P[perm[i], i] = 1
+        P = jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=LU_data.dtype), -1, -2)
+    else:
+        P = empty
+    return P, L, U
+
+
+@lowering(aten.linalg_lu.default)
+def linalg_lu(A, *, pivot=True):
+    if not pivot:
+        raise Unsupported("linalg_lu: pivot=False")
+    lu, piv, _ = _lu(A)
+    return lu_unpack(lu, piv)
+
+
+@lowering(aten.linalg_lu_solve.default)
+def lu_solve(LU, pivots, B, *, left=True, adjoint=False):
+    return _lu_solve(LU, pivots, B, left, adjoint)
+
+
+def _perm_sign(pivots, dtype):
+    swaps = jnp.sum(pivots != jnp.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype), -1)
+    return jnp.where(swaps % 2 == 0, 1, -1).astype(dtype)
+
+
+def _det_lu(A):
+    """LU of A^T for a real A, of A for a complex one: what PyTorch's det/slogdet return for a contiguous A,
+    and what their backward formulas then expect (for a non-contiguous A they expect A's)."""
+    return _lu(A if jnp.iscomplexobj(A) else jnp.swapaxes(A, -1, -2))
+
+
+# _linalg_det / _linalg_slogdet: not in the table, as the LU they return depends on A's layout, which only
+# eager dispatch sees (storage_kernels runs these with a non-contiguous real A transposed); traced executors
+# would hand a graph's backward the wrong factors for a view.
+
+def det(A):
+    """aten._linalg_det on a JAX value: (det, LU, pivots), the LU of `_det_lu`."""
+    lu, piv, _ = _det_lu(A)
+    d = jnp.prod(jnp.diagonal(lu, axis1=-2, axis2=-1), -1)
+    return d * _perm_sign(piv, d.dtype), lu, piv
+
+
+def slogdet(A):
+    """aten._linalg_slogdet on a JAX value: (sign, logabsdet, LU, pivots), the LU of `_det_lu`."""
+    lu, piv, _ = _det_lu(A)
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    a = jnp.abs(d)
+    unit = jnp.where(a == 0, 0, d / jnp.where(a == 0, 1, a))
+    sign = jnp.prod(unit, -1) * _perm_sign(piv, d.dtype)
+    return sign, jnp.sum(jnp.log(a), -1), lu, piv
+
+
+@lowering(aten._linalg_solve_ex.default)
+def solve_ex(A, B, *, left=True, check_errors=False):
+    if check_errors:
+        raise Unsupported("_linalg_solve_ex: check_errors=True")
+    lu, piv, _ = _lu(A)
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    b = (B[..., :, None] if left else B[..., None, :]) if vector else B
+    x = _lu_solve(lu, piv, b, left)
+    if vector:
+        x = x[..., 0] if left else x[..., 0, :]
+    return x, lu, piv, _lu_info(lu)
+
+
+@lowering(aten.triangular_solve.default)
+def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
+    res = _mm_dtype(self, A)
+    B, A = _bcast_batch(cast(self, res), cast(A, res))
+    x = jax.lax.linalg.triangular_solve(A, B, left_side=True, lower=not upper, transpose_a=transpose,
+                                        unit_diagonal=unitriangular)
+    return x, A
+
+
+@lowering(aten.cholesky.default)
+def cholesky(self, upper=False):
+    L = jnp.linalg.cholesky(self)
+    return _mh(L) if upper else L
+
+
+def _cholesky_solve(B, L, upper):
+    solve = jax.lax.linalg.triangular_solve
+    if upper:  # A = U^H U
+        y = solve(L, B, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+        return solve(L, y, left_side=True, lower=False)
+    y = solve(L, B, left_side=True, lower=True)
+    return solve(L, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True)
+
+
+@lowering(aten._cholesky_solve_helper.default)
+def cholesky_solve_helper(self, A, upper):
+    B, L = _bcast_batch(self, A)
+    return _cholesky_solve(B, L, upper)
+
+
+@lowering(aten.cholesky_inverse.default)
+def cholesky_inverse(self, upper=False):
+    n = self.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(n, dtype=self.dtype), self.shape)
+    return _cholesky_solve(eye, self, upper)
+
+
+@lowering(aten.linalg_householder_product.default)
+def householder_product(input, tau):  # noqa: A002 - ATen's argument name
+    return jax.lax.linalg.householder_product(input, tau)
+
+
+@lowering(aten.geqrf.default)
+def geqrf(self):
+    h, tau = jnp.linalg.qr(self, mode="raw")
+    return jnp.swapaxes(h, -1, -2), tau
+
+
+@lowering(aten.ormqr.default)
+def ormqr(self, input2, input3, left=True, transpose=False):
+    return jax.lax.linalg.ormqr(self, input2, input3, left=left, transpose=transpose)
+
+
+@lowering(aten._linalg_svd.default)
+def svd(A, full_matrices=False, compute_uv=True, *, driver=None):
+    if compute_uv:
+        raise Unsupported("_linalg_svd: U and V (sign conventions differ from LAPACK's)")
+    empty = jnp.zeros((0,), A.dtype)
+    return empty, jnp.linalg.svd(A, compute_uv=False), empty
+
+
+@lowering(aten._linalg_eigh.default)
+def eigh(A, UPLO="L", compute_v=True):
+    if compute_v:
+        raise Unsupported("_linalg_eigh: eigenvectors (sign conventions differ from LAPACK's)")
+    return jnp.linalg.eigvalsh(A, UPLO=UPLO), jnp.zeros((0,), A.dtype)

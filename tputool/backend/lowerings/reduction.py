@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -306,3 +308,34 @@ def median_dim(self, dim, keepdim=False):
     if not keepdim:
         v, i = jnp.squeeze(v, d), jnp.squeeze(i, d)
     return v, i.astype(jnp.int64)
+
+
+@lowering(aten.histc.default, static_scalars=True)
+def histc(self, bins=100, min=0, max=0):  # noqa: A002 - ATen's argument names
+    """Counts in `bins` equal bins over [min, max] (the data's range when min == max); values outside are
+    ignored and max falls in the last bin. Floating input as PyTorch's CPU kernel (bin = (x - min) * bins /
+    (max - min) in the input's dtype); integer input as its CUDA kernel, the only one taking integers (the
+    same in integer arithmetic, truncated)."""
+    if bins <= 0:
+        raise RuntimeError(f"torch.histc: bins must be > 0, but got {bins} for dimension 0")
+    if not all(math.isfinite(v) for v in (min, max)):
+        raise RuntimeError(f"torch.histc: range of [{min}, {max}] is not finite")
+    if min > max:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    integral = not jnp.issubdtype(self.dtype, jnp.inexact)
+    if integral:
+        lo, hi = jnp.asarray(int(min), jnp.int64), jnp.asarray(int(max), jnp.int64)
+    else:
+        lo, hi = jnp.asarray(min, jnp.float64), jnp.asarray(max, jnp.float64)
+    x = self.reshape(-1).astype(jnp.int64) if integral else self.reshape(-1)
+    if min == max and x.size:
+        lo, hi = jnp.min(x).astype(lo.dtype), jnp.max(x).astype(hi.dtype)
+    same = lo == hi
+    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    lo, hi = lo.astype(x.dtype), hi.astype(x.dtype)
+    inside = (x >= lo) & (x <= hi)
+    span = jnp.where(inside, x - lo, 0)
+    pos = span * bins // (hi - lo) if integral else (span * bins / (hi - lo)).astype(jnp.int64)
+    pos = jnp.clip(pos, 0, bins - 1)
+    counts = jnp.zeros((bins,), jnp.int64).at[pos].add(inside.astype(jnp.int64))
+    return counts.astype(self.dtype)
