@@ -61,7 +61,7 @@ def parity(script: str, args: list[str] | None = None, *, reference: str | None 
         if reference is not None:
             try:
                 ref = torch.load(reference, weights_only=False)
-            except (OSError, EOFError, RuntimeError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever torch.load raises, the file is not a record
                 raise UserError(f"cannot read the reference {reference}: {e}") from None
             if not isinstance(ref, dict) or not str(ref.get("schema", "")).startswith("tputool.parity-record/"):
                 raise UserError(f"{reference} is not a record of `tputool parity record`")

@@ -118,7 +118,7 @@ def compare_ops(tpu_ops: list[dict], ref_ops: list[dict], slack: float) -> dict:
                               "random_at": next(({"op": o["op"], "file": o["file"], "line": o["line"]}
                                                  for o in tpu_ops if is_random(o["op"])), None)}
     a, b = _lines(tpu_ops), _lines(ref_ops)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         side, where = ("tpu", a[i1]) if i2 > i1 else ("reference", b[j1])
