@@ -53,6 +53,15 @@ def test_clean_script_reports_nothing_and_exits_0():
     assert "No departure" in r.stdout and "DEPARTURE" not in r.stdout
 
 
+def test_clean_inference_transformer_compares_each_model_call_as_a_step():
+    r = tputool("parity", str(FIXTURES / "clean_transformer.py"), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["findings"] == [] and rep["loop"] == "calls"
+    assert [s["step"] for s in rep["per_step"]] == [0, 1, 2]
+    assert any(row["cls"] == "MultiheadAttention" for row in rep["levels"])
+
+
 def test_recorded_reference_round_trip(tmp_path):
     ref = tmp_path / "ref.pt"
     r = tputool("parity", "record", str(FIXTURES / "clean_mlp.py"), "--out", str(ref), "--steps", "2")
