@@ -117,6 +117,7 @@ def _root(
 
 
 from tputool.cli import diagnose as _diagnose  # noqa: E402
+from tputool.cli import parity as _parity  # noqa: E402
 from tputool.cli import port as _port  # noqa: E402
 from tputool.cli import profile as _profile  # noqa: E402
 from tputool.cli import run as _run  # noqa: E402
@@ -124,6 +125,7 @@ from tputool.cli import tune as _tune  # noqa: E402
 
 _port.register(app)  # port, check, rules
 _diagnose.register(app)
+_parity.register(app)
 _profile.register(app)
 _tune.register(app)
 _run.register(app)

@@ -22,12 +22,23 @@ TABLE = __doc__.split("\n\n")[1]  # shown in `tputool diagnose --help`
 TIMEOUT, INTERRUPTED = 124, 130
 
 
+FAILED = ("error", "exited", "crashed")
+
+
+def run_ending(status: str, exit_code: int | None) -> int | None:
+    """The exit status a run's own ending imposes (failed, timed out, interrupted), or None when it ran."""
+    if status in FAILED:
+        return exit_code or 1
+    if status == "timeout":
+        return TIMEOUT
+    if status == "interrupted":
+        return INTERRUPTED
+    return None
+
+
 def exit_status(report: Report, fail_on: Severity = Severity.WARNING) -> int:
     """diagnose's exit status for `report` (see the module's table)."""
-    if report.script_failed:
-        return report.exit_code or 1
-    if report.status == "timeout":
-        return TIMEOUT
-    if report.status == "interrupted":
-        return INTERRUPTED
+    ending = run_ending(report.status, report.exit_code)
+    if ending is not None:
+        return ending
     return 1 if report.problems(fail_on) else 0

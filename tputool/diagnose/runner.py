@@ -54,7 +54,7 @@ def end_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> tuple[int | None, bool]:
+def wait_child(proc: subprocess.Popen, timeout_s: float) -> tuple[int | None, bool]:
     """The child's return code (None when it outlived `timeout_s`) and whether the user pressed Ctrl-C."""
     try:
         return proc.wait(timeout=timeout_s), False
@@ -80,7 +80,7 @@ def _lost(script: str, args: list[str], rc: int | None, interrupted: bool, timeo
     if rc is None:
         return RunRecord(status="timeout", exit_code=124, **base)
     if rc < 0:
-        name = _signal_name(-rc)
+        name = signal_name(-rc)
         return RunRecord(status="crashed", exit_code=128 - rc, signal=name, **base,
                          error={"type": name, "message": f"the script was killed by signal {name} ({-rc})",
                                 "traceback": []})
@@ -89,7 +89,8 @@ def _lost(script: str, args: list[str], rc: int | None, interrupted: bool, timeo
                             "(os._exit or a fatal error)", "traceback": []})
 
 
-def _signal_name(n: int) -> str:
+def signal_name(n: int) -> str:
+    """A signal's name (SIGSEGV), or 'signal N' for an unknown number."""
     try:
         return signal.Signals(n).name
     except ValueError:
@@ -112,7 +113,7 @@ def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | N
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=2 if script_output_to_stderr else None, start_new_session=True)
         try:
-            rc, interrupted = _wait(proc, timeout_s + HARD_KILL_GRACE_S)
+            rc, interrupted = wait_child(proc, timeout_s + HARD_KILL_GRACE_S)
         finally:
             end_group(proc)
         wall = time.perf_counter() - t0

@@ -1,0 +1,105 @@
+"""`tputool parity` end to end on fixture scripts with planted departures (and a clean one), the recorded
+reference round trip, the JSON schema and the usage errors. Each case runs the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+_EXPECT = re.compile(r"#\s*expect:\s*([a-z0-9-]+)")
+
+
+def expected(path: Path) -> tuple[str, int]:
+    """(cause name, line) of the fixture's `# expect: CAUSE` marker."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        m = _EXPECT.search(line)
+        if m:
+            return m.group(1), i
+    raise AssertionError(f"{path} has no expect marker")
+
+
+def tputool(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "tputool", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("name, extra", [("branch_mlp", ["--steps", "2"]), ("matmul_mlp", []),
+                                         ("dropout_mlp", []), ("autocast_mlp", ["--reference-fp32"])])
+def test_planted_departure_is_found_at_its_line_with_its_cause(name, extra):
+    script = FIXTURES / f"{name}.py"
+    cause, line = expected(script)
+    r = tputool("parity", str(script), "--steps", "1", "--format", "json", *extra)
+    assert r.returncode == 1, r.stderr
+    rep = json.loads(r.stdout)
+    f = rep["findings"][0]
+    assert (Path(f["file"]).name, f["line"]) == (script.name, line), f
+    assert f["causes"][0]["name"] == cause, f["causes"]
+    if name == "branch_mlp":
+        check_schema(rep)
+
+
+def test_clean_script_reports_nothing_and_exits_0():
+    r = tputool("parity", str(FIXTURES / "clean_mlp.py"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "No departure" in r.stdout and "DEPARTURE" not in r.stdout
+
+
+def test_clean_inference_transformer_compares_each_model_call_as_a_step():
+    r = tputool("parity", str(FIXTURES / "clean_transformer.py"), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["findings"] == [] and rep["loop"] == "calls"
+    assert [s["step"] for s in rep["per_step"]] == [0, 1, 2]
+    assert any(row["cls"] == "MultiheadAttention" for row in rep["levels"])
+
+
+def test_recorded_reference_round_trip(tmp_path):
+    ref = tmp_path / "ref.pt"
+    r = tputool("parity", "record", str(FIXTURES / "clean_mlp.py"), "--out", str(ref), "--steps", "2")
+    assert r.returncode == 0 and ref.is_file(), r.stderr
+    assert "on cpu" in r.stdout
+    ok = tputool("parity", str(FIXTURES / "clean_mlp.py"), "--reference", str(ref), "--steps", "2",
+                 "--format", "json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    rep = json.loads(ok.stdout)
+    assert rep["reference"]["source"] == str(ref) and rep["findings"] == [] and rep["steps"] == 2
+    # the same reference, against the script with a device-dependent branch (same modules, same data)
+    bad = tputool("parity", str(FIXTURES / "branch_mlp.py"), "--reference", str(ref), "--steps", "1",
+                  "--format", "json")
+    assert bad.returncode == 1, bad.stderr
+    assert json.loads(bad.stdout)["findings"][0]["causes"][0]["name"] == "device-branch"
+
+
+def check_schema(rep: dict) -> None:
+    """The JSON report of a departure found in 2 steps has the documented fields."""
+    assert rep["schema"] == "tputool.parity/1"
+    assert {"script", "verdict", "steps", "reference", "tpu", "findings", "levels", "per_step"} <= set(rep)
+    f = rep["findings"][0]
+    assert {"kind", "file", "line", "key", "module", "step", "message", "causes", "op", "growth", "max_abs",
+            "max_rel", "ulps", "explained", "needed", "module_file", "module_line"} <= set(f)
+    assert f["op"]["op"].startswith("aten.") and f["growth"]
+    assert [s["step"] for s in rep["per_step"]] == [0, 1]
+    assert any(row["beyond"] for row in rep["levels"])
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert tputool("parity", str(tmp_path / "missing.py")).returncode == 2
+    assert tputool("parity", "record", str(FIXTURES / "clean_mlp.py")).returncode == 2  # no --out
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a record")
+    assert tputool("parity", str(FIXTURES / "clean_mlp.py"), "--reference", str(bad)).returncode == 2
+
+
+def test_the_scripts_own_failure_passes_through(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    assert tputool("parity", str(script)).returncode == 3

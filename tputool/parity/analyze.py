@@ -1,0 +1,99 @@
+"""Compare a tpu record with its reference record: the first departure, its causes, its growth, each level's
+tolerance. `analyze(tpu, ref, slack)` returns the report dict that `report.py` renders (schema in report.py).
+"""
+
+from __future__ import annotations
+
+from tputool.parity.causes import from_divergence, name_causes
+from tputool.parity.compare import DEFAULT_SLACK, diff
+
+GROWTH_ROWS = 6
+
+
+def _row(e: dict, d: dict) -> dict:
+    need = d.get("needed") or {}
+    return {"key": e["key"], "kind": e["kind"], "name": e["name"], "cls": e["cls"], "step": e["step"],
+            "call": e["call"], "file": e["file"], "line": e["line"], "dtype": e["dtype"],
+            "max_abs": d.get("max_abs"), "max_rel": d.get("max_rel"), "ulps": d.get("ulps"),
+            "beyond": d.get("beyond", False), "explained": d.get("explained"),
+            "needed": need or None}
+
+
+def _ref_only(tpu: dict, ref: dict) -> tuple[int, dict] | None:
+    """The first reference entry the tpu run never recorded, with its position in tpu order."""
+    tpu_keys = {e["key"]: i for i, e in enumerate(tpu["entries"])}
+    done = tpu.get("steps", 0) if tpu.get("status") not in ("ok", "step_limit") else None
+    last = -1
+    for r in ref["entries"]:
+        if r["key"] in tpu_keys:
+            last = tpu_keys[r["key"]]
+            continue
+        if done is None or r["step"] < done:
+            return last + 1, r
+    return None
+
+
+def _per_step(rows: list[dict]) -> list[dict]:
+    out: dict[int, dict] = {}
+    for r in rows:
+        s = out.setdefault(r["step"], {"step": r["step"], "records": 0, "beyond": 0, "max_rel": 0.0,
+                                       "max_abs": 0.0, "needed_atol": 0.0})
+        s["records"] += 1
+        s["beyond"] += int(r["beyond"])
+        s["max_rel"] = max(s["max_rel"], r["max_rel"] or 0.0)
+        s["max_abs"] = max(s["max_abs"], r["max_abs"] or 0.0)
+        s["needed_atol"] = max(s["needed_atol"], (r["needed"] or {}).get("atol") or 0.0)
+    return [out[k] for k in sorted(out)]
+
+
+def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
+    """The parity findings of a tpu record against a reference record (see the module doc)."""
+    by_key = {e["key"]: e for e in ref["entries"]}
+    rows: list[dict] = []
+    first: tuple[int, dict, dict, dict] | None = None
+    tpu_only: tuple[int, dict] | None = None
+    for i, e in enumerate(tpu["entries"]):
+        r = by_key.get(e["key"])
+        if r is None:
+            tpu_only = tpu_only or (i, e)
+            continue
+        d = diff(e, r, e["step"], slack)
+        rows.append(_row(e, d))
+        if d["beyond"] and first is None:
+            first = (len(rows) - 1, e, r, d)
+    ref_only = _ref_only(tpu, ref)
+    divergences = [x for x in ((tpu_only, "tpu"), (ref_only, "reference")) if x[0] is not None]
+    findings = []
+    if divergences:
+        (pos, entry), side = min(divergences, key=lambda x: x[0][0])
+        first_pos = tpu["entries"].index(first[1]) if first else None
+        if first_pos is None or pos <= first_pos:
+            div = {"side": side, "entry": entry}
+            c = from_divergence(div)
+            findings.append({"kind": "divergence", "file": c["file"], "line": c["line"], "key": entry["key"],
+                             "module": entry["name"], "cls": entry["cls"], "step": entry["step"],
+                             "message": c["message"], "causes": [c], "op": None, "growth": []})
+            first = None
+    if first is not None:
+        idx, e, r, d = first
+        replays = [rp for rp in tpu.get("replays", [])]
+        causes = name_causes(e, r, replays, tpu)
+        op = next((rp["first"] for rp in replays if rp.get("first")), None)
+        where = (causes[0]["file"], causes[0]["line"]) if causes[0]["file"] else (e["file"], e["line"])
+        growth = [x for x in rows[idx + 1:] if x["step"] == e["step"]][:GROWTH_ROWS]
+        findings.append({"kind": "departure", "file": where[0], "line": where[1], "key": e["key"],
+                         "module": e["name"], "cls": e["cls"], "step": e["step"], "record": e["kind"],
+                         "module_file": e["file"], "module_line": e["line"], "dtype": e["dtype"],
+                         "ref_dtype": r["dtype"], **{k: d.get(k) for k in ("max_abs", "max_rel", "ulps",
+                                                                          "explained", "needed")},
+                         "message": _message(e, d), "causes": causes, "op": op,
+                         "replays": [{k: rp[k] for k in ("key", "name", "cls", "ops", "ref_ops")}
+                                     for rp in replays], "growth": growth})
+    return {"findings": findings, "levels": rows, "per_step": _per_step(rows),
+            "replay_error": tpu.get("replay_error")}
+
+
+def _message(e: dict, d: dict) -> str:
+    what = {"out": "output", "grad": "gradient", "in": "input"}[e["kind"]]
+    size = "" if d.get("max_abs") is None else f": max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}"
+    return f"the {what} of {e['name']} ({e['cls']}) at step {e['step']} departs from the reference{size}"

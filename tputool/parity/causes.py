@@ -1,0 +1,99 @@
+"""Known causes of a departure, named from what the two records and the op-by-op replay show.
+
+Each cause: {name, message, file, line}. Names: device-branch, bf16-autocast, matmul-precision, random-op,
+cpu-fallback, reduction-order, input-data, inherited (the module computes the same from the same inputs:
+the difference came with them), unknown.
+"""
+
+from __future__ import annotations
+
+from tputool.parity.compare import lower_precision
+from tputool.parity.replay import is_random
+
+MATMUL_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.matmul", "aten.linear", "aten.mv",
+              "aten.addmv", "aten.dot", "aten.convolution", "aten._scaled_dot_product", "aten.scaled_dot_product")
+REDUCTION_OPS = ("aten.sum", "aten.mean", "aten.var", "aten.std", "aten.norm", "aten.linalg_vector_norm",
+                 "aten._softmax", "aten._log_softmax", "aten.native_layer_norm", "aten.native_batch_norm",
+                 "aten._native_batch_norm", "aten.cumsum", "aten.logsumexp", "aten.prod", "aten.amax",
+                 "aten.native_group_norm", "aten._fused_rms_norm", "aten.nll_loss")
+
+
+def _cause(name: str, message: str, file: str = "", line: int = 0) -> dict:
+    return {"name": name, "message": message, "file": file, "line": line}
+
+
+def from_divergence(div: dict) -> dict:
+    """A module only one run called: the script took another path on one device."""
+    e = div["entry"]
+    other = "reference" if div["side"] == "tpu" else "tpu"
+    return _cause("device-branch", f"the {div['side']} run calls {e['name']} ({e['cls']}) here and the {other} "
+                  "run does not: a device-dependent branch in the script", e["file"], e["line"])
+
+
+def from_op(rp: dict, matmul_precision: str) -> dict | None:
+    """The cause a replay shows: a line only one device ran, or the kind of the first op beyond tolerance."""
+    div = rp.get("divergence")
+    if div is not None:
+        return _cause("device-branch", f"only the {div['side']} run executes this line inside {rp['name']} "
+                      "(same inputs, same weights): a device-dependent branch", div["file"], div["line"])
+    op = rp.get("first")
+    rnd = rp.get("random_at")
+    if rnd is not None and (op is None or is_random(op["op"]) or op["random_before"]):
+        return _cause("random-op", f"a random op ({', '.join(rp['random_ops'])}) draws another random stream on "
+                      "tpu than on the reference: dropout masks differ (compare in eval mode, or with dropout "
+                      "off)", rnd["file"], rnd["line"])
+    if op is None:
+        return None
+    where = (op["file"], op["line"])
+    name = op["op"]
+    if op["fallback"]:
+        return _cause("cpu-fallback", f"{name} has no tpu kernel and ran on CPU through the backend's fallback; "
+                      "its result differs from the reference's", *where)
+    if lower_precision(op["dtype"], op["ref_dtype"]):
+        return _cause("bf16-autocast", f"{name} ran in {op['dtype'].removeprefix('torch.')} on tpu and in "
+                      f"{op['ref_dtype'].removeprefix('torch.')} on the reference (autocast)", *where)
+    if name.startswith(MATMUL_OPS) and op["dtype"] == "torch.float32":
+        how = (f'torch.set_float32_matmul_precision("{matmul_precision}")' if matmul_precision != "highest"
+               else "the TPU's default matmul precision (torch.tpu.precision)")
+        return _cause("matmul-precision", f"this float32 {name} is off by {op['max_rel']:.2g} relative, the size "
+                      f"of bfloat16 rounding: {how} multiplies in reduced precision; use "
+                      '"highest" where it matters', *where)
+    if name.startswith(REDUCTION_OPS):
+        return _cause("reduction-order", f"{name} sums in another order on tpu (a tree reduction); the "
+                      "difference grows with the reduced size", *where)
+    return _cause("device-branch", f"{name} gives another value from the same inputs on tpu: a "
+                  "device-dependent value in the script's code at this line (or a backend bug)", *where)
+
+
+def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict) -> list[dict]:
+    """The causes of the first departure `first` (tpu entry) against `ref` (reference entry)."""
+    out = []
+    if first["kind"] == "in":
+        return [_cause("input-data", f"the input of {first['name']} differs before any layer ran: data made on "
+                       "the device (a random op draws another stream there) or a device-dependent branch in "
+                       "the data code", first["file"], first["line"])]
+    if lower_precision(first["dtype"], ref["dtype"]) and first.get("autocast"):
+        out.append(_cause("bf16-autocast", f"{first['name']} ran under torch.autocast({first['autocast']}) on tpu "
+                          f"and in {ref['dtype'].removeprefix('torch.')} on the reference", first["file"],
+                          first["line"]))
+    for rp in replays:
+        c = from_op(rp, tpu_record.get("matmul_precision", "highest"))
+        if c is not None:
+            if not any(x["name"] == c["name"] for x in out):
+                out.append(c)
+            break
+    if first.get("random") and not any(c["name"] == "random-op" for c in out):
+        out.append(_cause("random-op", f"{first['name']} runs a dropout in training mode: the masks come from "
+                          "another random stream on tpu", first["file"], first["line"]))
+    if first.get("fallbacks") and not any(c["name"] == "cpu-fallback" for c in out):
+        out.append(_cause("cpu-fallback", f"{first['fallbacks']} op(s) inside {first['name']} ran on CPU "
+                          "through the backend's fallback", first["file"], first["line"]))
+    if not out and replays:
+        at = f" (step {first['step']}: the parameters after the earlier steps' updates differ)" if first["step"] \
+            else ""
+        out.append(_cause("inherited", f"{replays[-1]['name']} computes the same from the same inputs on both "
+                          f"devices: the difference came with its inputs or parameters{at}", first["file"],
+                          first["line"]))
+    if not out:
+        out.append(_cause("unknown", "no known cause matched", first["file"], first["line"]))
+    return out

@@ -1,0 +1,104 @@
+"""How far one recorded tensor is from its reference, and whether the dtypes explain it.
+
+"Explained" uses torch.testing.assert_close's default (rtol, atol) for the reference's dtype, times a slack
+that grows with the step (`slack * (1 + step)`: errors of a correct port accumulate through training), with
+atol scaled by the reference's RMS when that is above 1. An element departs when
+|x - ref| > f * (atol + rtol * |ref|); a tensor departs when any element does. An output the tpu run
+computed in a lower dtype than the reference (bf16 autocast vs float32) is therefore not explained: that is a
+cause to name, not a tolerance to widen.
+
+`needed` is what TorchTPU's helper reports: the smallest atol that makes assert_close pass at the dtype's
+default rtol, and the smallest rtol that does at the dtype's default atol.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DEFAULT_SLACK = 8.0
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "torch.float16": (1e-3, 1e-5), "torch.bfloat16": (1.6e-2, 1e-5), "torch.float32": (1.3e-6, 1e-5),
+    "torch.float64": (1e-7, 1e-7), "torch.complex64": (1.3e-6, 1e-5), "torch.complex128": (1e-7, 1e-7),
+}
+"""torch.testing.assert_close's default (rtol, atol) per dtype; every other dtype compares exactly."""
+MANTISSA_BITS = {"torch.float16": 10, "torch.bfloat16": 7, "torch.float32": 23, "torch.float64": 52}
+_RANK = ["torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"]
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    """assert_close's default (rtol, atol) for a dtype name like 'torch.float32' ((0, 0) for exact dtypes)."""
+    return TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def lower_precision(dtype: str, than: str) -> bool:
+    """True when floating `dtype` carries fewer bits than `than` (bfloat16 vs float32)."""
+    if dtype not in MANTISSA_BITS or than not in MANTISSA_BITS:
+        return False
+    return MANTISSA_BITS[dtype] < MANTISSA_BITS[than]
+
+
+def ulps(diff: torch.Tensor, ref: torch.Tensor, dtype: str) -> float:
+    """The largest error in units in the last place of `dtype`, over elements not near zero (|ref| >= 1e-3 max)."""
+    bits = MANTISSA_BITS.get(dtype)
+    if bits is None or ref.numel() == 0:
+        return 0.0
+    mag = ref.abs()
+    keep = mag >= 1e-3 * float(mag.max())
+    if not bool(keep.any()):
+        return 0.0
+    _, exp = torch.frexp(mag[keep].double())
+    spacing = torch.ldexp(torch.ones_like(mag[keep], dtype=torch.float64), (exp - 1 - bits).to(torch.int64))
+    return float((diff[keep].double() / spacing).max())
+
+
+def _stats_diff(tpu: dict, ref: dict, step: int, slack: float) -> dict:
+    """Compare two summaries (tensors too big to keep): relative error of mean, std and norm."""
+    rtol, atol = tolerance(ref["dtype"])
+    errs = []
+    for k in ("mean", "std", "norm"):
+        a, b = tpu["stats"][k], ref["stats"][k]
+        errs.append(abs(a - b) / max(abs(b), 1e-30))
+    rel = max(errs)
+    f = slack * (1 + step)
+    return {"max_abs": None, "max_rel": rel, "ulps": None, "beyond": rel > f * max(rtol, 1e-12) * 10,
+            "explained": {"rtol": f * rtol, "atol": f * atol}, "needed": None, "stats_only": True}
+
+
+def diff(tpu: dict, ref: dict, step: int = 0, slack: float = DEFAULT_SLACK) -> dict:
+    """Compare the recorded tensor `tpu` with `ref` (both record entries: value or stats, dtype, shape)."""
+    if tpu.get("value") is None or ref.get("value") is None:
+        if tpu.get("stats") and ref.get("stats"):
+            return _stats_diff(tpu, ref, step, slack)
+        return {"max_abs": None, "max_rel": None, "ulps": None, "beyond": False, "explained": None, "needed": None}
+    a, b = tpu["value"], ref["value"]
+    if tuple(a.shape) != tuple(b.shape):
+        return {"max_abs": None, "max_rel": None, "ulps": None, "beyond": True, "explained": None, "needed": None,
+                "shape": [list(a.shape), list(b.shape)]}
+    rtol, atol = tolerance(ref["dtype"])
+    a64, b64 = a.double(), b.double()
+    d = (a64 - b64).abs()
+    nan_mismatch = bool((a64.isnan() != b64.isnan()).any())
+    d = torch.where(a64.isnan() & b64.isnan(), torch.zeros_like(d), d)
+    mag = b64.abs()
+    if d.numel() == 0:
+        return {"max_abs": 0.0, "max_rel": 0.0, "ulps": 0.0, "beyond": False,
+                "explained": {"rtol": rtol, "atol": atol}, "needed": {"atol": 0.0, "rtol": 0.0}}
+    max_abs = float(d.max())
+    rel = d / mag.clamp_min(1e-30)
+    max_rel = float(rel.max())
+    f = slack * (1 + step)
+    rms = float(b64.pow(2).mean().sqrt()) if b64.numel() else 0.0
+    e_rtol, e_atol = f * rtol, f * atol * max(1.0, rms if math.isfinite(rms) else 1.0)
+    beyond = nan_mismatch or bool((d > e_atol + e_rtol * mag).any())
+    need_atol = float((d - rtol * mag).clamp_min(0).max())
+    over = d > atol
+    if bool(over.any()):
+        zero_ref = bool((mag[over] == 0).any())
+        need_rtol = math.inf if zero_ref else float(((d[over] - atol) / mag[over]).max())
+    else:
+        need_rtol = 0.0
+    return {"max_abs": max_abs, "max_rel": max_rel, "ulps": ulps(d, b64, ref["dtype"]), "beyond": beyond,
+            "explained": {"rtol": e_rtol, "atol": e_atol},
+            "needed": {"atol": need_atol, "rtol": need_rtol, "at_rtol": rtol, "at_atol": atol}}

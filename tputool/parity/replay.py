@@ -1,0 +1,142 @@
+"""Op by op inside one module: run it again on the same inputs on tpu and on the reference device.
+
+`replay(module, args, kwargs, ...)` runs the module's forward twice under `OpLog` (a TorchDispatchMode that
+keeps every ATen op's name, first output and the user's line that issued it): on tpu as it is, and on a
+CPU copy (deep-copied, inputs copied, `tpu` mapped by `devicemap.DeviceMap`, autocast as the reference ran
+it). The tpu module's buffers and both random generators are put back afterwards, so the run goes on as if
+nothing happened. The two op logs are compared by `compare_ops`: first the user lines each side ran (a line
+only one side ran is a device-dependent branch), then op by op (aligned by line and op name, since a device
+may run another kernel for the same call) with `compare.diff`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import difflib
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from tputool.diagnose.userframes import UserFrames
+from tputool.parity.compare import diff
+from tputool.parity.devicemap import DeviceMap
+from tputool.parity.record import capture, fallback_count, first_tensor
+
+UNINITIALIZED = ("aten.empty", "aten.new_empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty_strided")
+RANDOM_OPS = ("dropout", "bernoulli", "rand", "normal", "multinomial", "uniform", "exponential", "cauchy",
+              "geometric", "log_normal", "poisson")
+
+
+def is_random(op: str) -> bool:
+    """True for an ATen op that draws from a random stream (aten.native_dropout, aten.bernoulli_, ...)."""
+    base = op.split(".")[1] if op.startswith("aten.") else op
+    return any(base.lstrip("_").startswith(r) or r in base for r in RANDOM_OPS)
+
+
+class OpLog(TorchDispatchMode):
+    """Records each ATen op run under it: op, user file/line, fallback (ran on CPU), first output."""
+
+    def __init__(self, frames: UserFrames, max_bytes: int) -> None:
+        super().__init__()
+        self.frames, self.max_bytes = frames, max_bytes
+        self.ops: list[dict] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        fb = fallback_count()
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        where = self.frames.location(1) or ("", 0)
+        rec: dict[str, Any] = {"op": name, "file": where[0], "line": where[1], "fallback": fallback_count() > fb,
+                               "value": None, "stats": None, "dtype": None}
+        t = first_tensor(out)
+        if t is not None and not name.startswith(UNINITIALIZED) and not is_random(name):
+            rec.update(capture(t, self.max_bytes))
+        self.ops.append(rec)
+        return out
+
+
+def _to(target: torch.device):
+    def move(x):
+        return x.detach().to(target) if isinstance(x, torch.Tensor) else x
+    return move
+
+
+def _rng_state() -> tuple:
+    tpu = getattr(torch, "tpu", None)
+    return torch.get_rng_state(), tpu.get_rng_state() if tpu is not None and hasattr(tpu, "get_rng_state") else None
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.tpu.set_rng_state(state[1])
+
+
+def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrames, max_bytes: int,
+           target: str = "cpu", ref_fp32: bool = False) -> tuple[list[dict], list[dict]]:
+    """Run `module(*args, **kwargs)` op by op on its device and on a `target` copy; returns both op logs."""
+    saved = {n: b.detach().clone() for n, b in module.named_buffers()}
+    rng = _rng_state()
+    dev = torch.device(target)
+    amp_dtype = torch.get_autocast_dtype("tpu") if torch.is_autocast_enabled("tpu") else None
+    try:
+        with torch.no_grad():
+            with OpLog(frames, max_bytes) as tpu_log:
+                module(*args, **kwargs)
+            ref_module = copy.deepcopy(module).to(dev)
+            ref_args, ref_kwargs = tree_map(_to(dev), args), tree_map(_to(dev), kwargs)
+            amp = (torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype is not None and not ref_fp32
+                   else contextlib.nullcontext())
+            with DeviceMap(target), amp, OpLog(frames, max_bytes) as ref_log:
+                ref_module(*ref_args, **ref_kwargs)
+    finally:
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                if n in saved:
+                    b.copy_(saved[n])
+        _set_rng_state(rng)
+    return tpu_log.ops, ref_log.ops
+
+
+def _lines(ops: list[dict]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for o in ops:
+        where = (o["file"], o["line"])
+        if not out or out[-1] != where:
+            out.append(where)
+    return out
+
+
+def compare_ops(tpu_ops: list[dict], ref_ops: list[dict], slack: float) -> dict:
+    """Where the two op logs part: a line only one side ran (divergence), else the first op beyond tolerance."""
+    result: dict[str, Any] = {"ops": len(tpu_ops), "ref_ops": len(ref_ops), "divergence": None, "first": None,
+                              "random_ops": sorted({o["op"] for o in tpu_ops if is_random(o["op"])}),
+                              "fallback_ops": sorted({o["op"] for o in tpu_ops if o["fallback"]}),
+                              "random_at": next(({"op": o["op"], "file": o["file"], "line": o["line"]}
+                                                 for o in tpu_ops if is_random(o["op"])), None)}
+    a, b = _lines(tpu_ops), _lines(ref_ops)
+    for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        side, where = ("tpu", a[i1]) if i2 > i1 else ("reference", b[j1])
+        result["divergence"] = {"side": side, "file": where[0], "line": where[1]}
+        break
+    keys_a = [(o["file"], o["line"], o["op"]) for o in tpu_ops]
+    keys_b = [(o["file"], o["line"], o["op"]) for o in ref_ops]
+    sm = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
+    for blk in sm.get_matching_blocks():
+        for k in range(blk.size):
+            t, r = tpu_ops[blk.a + k], ref_ops[blk.b + k]
+            if t["dtype"] is None or r["dtype"] is None:
+                continue
+            d = diff(t, r, 0, slack)
+            if d["beyond"]:
+                result["first"] = {"op": t["op"], "file": t["file"], "line": t["line"], "dtype": t["dtype"],
+                                   "ref_dtype": r["dtype"], "fallback": t["fallback"], "index": blk.a + k,
+                                   "random_before": any(is_random(o["op"]) for o in tpu_ops[:blk.a + k]),
+                                   **{k2: d[k2] for k2 in ("max_abs", "max_rel", "ulps", "needed")}}
+                return result
+    return result
