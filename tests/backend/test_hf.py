@@ -44,6 +44,26 @@ def _t5():
     return transformers.T5ForConditionalGeneration(cfg)
 
 
+def _mixtral():
+    cfg = transformers.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                     num_local_experts=4, num_experts_per_tok=2)
+    return transformers.MixtralForCausalLM(cfg)
+
+
+def _qwen3_moe():
+    cfg = transformers.Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=8)
+    return transformers.Qwen3MoeForCausalLM(cfg)
+
+
+def _qwen3():
+    cfg = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, head_dim=8)
+    return transformers.Qwen3ForCausalLM(cfg)
+
+
 def _inputs(kind: str) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=g)
@@ -86,6 +106,50 @@ def test_hf_forward_backward_matches_cpu(kind: str, build, tpu_device: str) -> N
     _parity(build, kind, tpu_device)
 
 
+@pytest.mark.parametrize(("kind", "build"), [("mixtral", _mixtral), ("qwen3_moe", _qwen3_moe)])
+def test_hf_moe_forward_backward_matches_cpu(kind: str, build, tpu_device: str) -> None:
+    # Their routing counts tokens per expert with torch.histc on integers (CPU has no int histc: CUDA does).
+    _parity(build, kind, tpu_device)
+
+
+@pytest.mark.parametrize(("kind", "build"), [("llama", _llama), ("qwen3", _qwen3), ("qwen3_moe", _qwen3_moe)])
+def test_hf_greedy_generate_gives_cpus_tokens(kind: str, build, tpu_device: str) -> None:
+    torch.manual_seed(0)
+    model = build().eval()
+    prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(1))
+    kw = {"max_new_tokens": 6, "do_sample": False, "cache_implementation": "static", "disable_compile": True}
+    want = model.generate(prompt, **kw)
+    got = copy.deepcopy(model).to(tpu_device).generate(prompt.to(tpu_device), **kw)
+    assert got.cpu().tolist() == want.tolist()
+
+
 @pytest.mark.slow
 def test_hf_t5_forward_backward_matches_cpu(tpu_device: str) -> None:
     _parity(_t5, "t5", tpu_device)
+
+
+def test_from_pretrained_with_device_map_tpu(tmp_path, tpu_device: str) -> None:
+    pytest.importorskip("accelerate", reason="device_map needs accelerate: pip install 'tputool[hf]'")
+    torch.manual_seed(0)
+    _llama().save_pretrained(tmp_path)  # random weights, saved locally: nothing is downloaded
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, device_map="tpu")
+    assert {p.device.type for p in model.parameters()} == {"tpu"}
+    cpu_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    prompt = torch.randint(1, VOCAB, (1, 5), generator=torch.Generator().manual_seed(2))
+    kw = {"max_new_tokens": 4, "do_sample": False, "cache_implementation": "static", "disable_compile": True}
+    assert model.generate(prompt.to("tpu"), **kw).cpu().tolist() == cpu_model.generate(prompt, **kw).tolist()
+
+
+def test_generate_on_tpu_defaults_to_a_static_cache_and_keeps_the_callers_choice(tpu_device: str) -> None:
+    torch.manual_seed(0)
+    model = _llama().eval()
+    prompt = torch.randint(1, VOCAB, (1, 5), generator=torch.Generator().manual_seed(3))
+    kw = {"max_new_tokens": 4, "do_sample": False, "return_dict_in_generate": True, "disable_compile": True}
+    want = model.generate(prompt, **kw)
+    dev = copy.deepcopy(model).to(tpu_device)
+    got = dev.generate(prompt.to(tpu_device), **kw)
+    assert got.sequences.cpu().tolist() == want.sequences.tolist()
+    assert type(got.past_key_values).__name__ == "StaticCache"  # one shape for the whole generation
+    assert type(want.past_key_values).__name__ == "DynamicCache"  # CPU keeps HF's default
+    chosen = dev.generate(prompt.to(tpu_device), cache_implementation="dynamic", **kw)
+    assert type(chosen.past_key_values).__name__ == "DynamicCache"
