@@ -4,7 +4,7 @@ Each measurement runs in a fresh process, so "cold" includes every compile a use
 second call with another prompt of the same length in the same process. Rows run interleaved (round by round).
 
 Usage: python benchmarks/hf_generate.py [--models llama,qwen3,qwen3_moe] [--tokens 32] [--rounds 1]
-                                        [--caches dynamic,static]
+                                        [--caches default,dynamic]
 Prints tokens/s per (model, device, cache), cold and warm, and checks that tpu's tokens equal CPU's.
 """
 
@@ -38,7 +38,7 @@ else:
 torch.manual_seed(0)
 model = model.eval().to(device)
 kw = dict(max_new_tokens=tokens, do_sample=False)
-if cache != "dynamic":
+if cache != "default":
     kw["cache_implementation"] = cache
 g = torch.Generator().manual_seed(0)
 out = {}
@@ -65,7 +65,8 @@ def _measure(kind: str, device: str, cache: str, tokens: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="llama,qwen3,qwen3_moe")
-    ap.add_argument("--caches", default="dynamic,static")
+    ap.add_argument("--caches", default="default,dynamic",
+                    help="default: what generate() picks (static on tpu); dynamic/static: forced")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
