@@ -229,3 +229,15 @@ def test_uses_of_an_optional_import_are_informational():
                 scaled.backward()
         """)
     assert findings and all(f.severity is Severity.INFO for f in findings)
+
+
+def test_a_class_with_its_own_cuda_method_is_reported():
+    _, findings = port("""
+        import torch
+        class Batch:
+            def cuda(self):
+                self.x = self.x.cuda()
+                return self
+        """)
+    own = [f for f in findings if not f.fixed]
+    assert [(f.code, f.line) for f in own] == [("TPU101", 4)] and "its own cuda()" in own[0].message

@@ -70,6 +70,10 @@ class _Rules(PortBase):
             node = handler(self, original_node, node, q)
         return node
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        device.own_cuda_method(self, node)
+        return True
+
     def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
         return amp.decorator(self, original_node, updated_node)
 
