@@ -72,9 +72,9 @@ def test_single_recompile_is_info_and_torch_compiles_ignored():
                  "recompile_reason": r} for r in (None, "0/0: tensor 'x' size mismatch at index 0")]
     compiles.append({**compiles[1], "user": False, "torch": True, "file": "/site-packages/torch/nn/x.py"})
     (f,) = findings_from_record(_rec(compiles=compiles, recompile_limit=8))
-    assert f.severity == Severity.INFO and f.file == "/u/t.py"
+    assert f.severity == Severity.INFO and f.path == "/u/t.py"
     lib = [{**c, "user": False, "torch": False, "file": "/site-packages/transformers/m.py"} for c in compiles[:2]]
-    assert {f.file for f in findings_from_record(_rec(compiles=compiles[:2] + lib, recompile_limit=8))} == \
+    assert {f.path for f in findings_from_record(_rec(compiles=compiles[:2] + lib, recompile_limit=8))} == \
         {"/u/t.py", "/site-packages/transformers/m.py"}
 
 
@@ -191,7 +191,7 @@ def test_library_recompiles_merge_at_the_user_call_site():
                  "recompile_reason": None if i == 0 else f"{line}/{i - 1}: tensor 'ids' size mismatch at index 1"}
                 for i in range(4)]
     (f,) = findings_from_record(_rec(compiles=lib("forward", 10) + lib("loss", 20), recompile_limit=8))
-    assert (f.code, f.file, f.line, f.count) == ("TPU802", "/u/train.py", 9, 3)
+    assert (f.code, f.path, f.line, f.count) == ("TPU802", "/u/train.py", 9, 3)
     assert f.message.startswith("forward() in forward.py:10 (and 1 more compiled function) recompiled 3 times")
 
 
@@ -264,7 +264,7 @@ def test_static_findings_not_seen_at_runtime_are_listed_apart_and_not_counted():
     from tputool.diagnose.model import Finding
     from tputool.diagnose.report import render_text
 
-    static = Finding(Severity.WARNING, "TPU101", "cuda-method-call", "/u/train.py", 3, "x.cuda()", "port it",
+    static = Finding(path="/u/train.py", line=3, col=0, code="TPU101", message="x.cuda()", severity=Severity.WARNING, name="cuda-method-call", fix="port it",
                      source="static")
     rep = Report("/u/train.py", "ok", 0, 10, 1.0, [static])
     assert verdict(rep) == ("No problems found that slow this script on TPU "
@@ -290,7 +290,7 @@ def test_inference_loop_per_shape_compiles_are_found_at_the_call():
                xla={"compiles": 6, "compile_s": 1.0, "late_compiles": 3, "late_compile_s": 0.5})
     found = findings_from_record(rec)
     (f,) = [f for f in found if f.severity >= Severity.WARNING]
-    assert (f.code, f.file, f.line) == ("TPU808", "/u/infer.py", 12)
+    assert (f.code, f.path, f.line) == ("TPU808", "/u/infer.py", 12)
     assert "x dim 0 varies (1, 2, 3, 4, 5, 6)" in f.message and "pad x dim 0" in f.fix
     (t,) = [f for f in found if f.code == "TPU812"]
     assert "nothing needed" not in t.fix

@@ -25,7 +25,7 @@ def test_fixture_problem_found_at_marked_line(name, device):
     report = diagnose(str(path), include_static=False)
     assert report.status == "ok", report.error
     assert (device in report.devices) and _problems(report) == want
-    assert all(f.file == str(path) for f in report.findings if f.severity >= Severity.WARNING)
+    assert all(f.path == str(path) for f in report.findings if f.severity >= Severity.WARNING)
 
 
 def test_clean_fixture_has_no_warning_or_error(device):

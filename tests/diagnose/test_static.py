@@ -43,15 +43,15 @@ def test_static_only_runs_check_rules_without_executing(stand_in_rules, tmp_path
     report = diagnose(str(p), static_only=True)
     assert report.status == "static" and report.note is None
     (f,) = report.findings
-    assert (f.code, f.line, f.source, f.file) == ("TPU601", 4, "static", str(p))
+    assert (f.code, f.line, f.source, f.path) == ("TPU601", 4, "static", str(p))
     assert f.name == registry.all_rules()["TPU601"].name and f.fix
 
 
 def test_runtime_finding_covers_static_one_at_same_line():
-    rt = Finding(Severity.WARNING, "TPU601", "host-sync-in-loop", "/u/t.py", 5, "m", "f", 4, 1.0)
-    same = Finding(Severity.INFO, "TPU601", "host-sync-in-loop", "/u/t.py", 5, "m", "f", source="static",
+    rt = Finding(path="/u/t.py", line=5, col=0, code="TPU601", message="m", severity=Severity.WARNING, name="host-sync-in-loop", fix="f", count=4, per_step=1.0, source="runtime")
+    same = Finding(path="/u/t.py", line=5, col=0, code="TPU601", message="m", severity=Severity.INFO, name="host-sync-in-loop", fix="f", source="static",
                    extra={"patterns": [76]})
-    other = Finding(Severity.WARNING, "TPU101", "cuda-method-call", "/u/t.py", 2, "m", "f", source="static",
+    other = Finding(path="/u/t.py", line=2, col=0, code="TPU101", message="m", severity=Severity.WARNING, name="cuda-method-call", fix="f", source="static",
                     extra={"patterns": [1]})
     assert merge([rt], [same, other]) == [rt, other]
 
@@ -69,7 +69,7 @@ def test_custom_op_fallback_covers_static_custom_op_finding():
           "late": 2, "late_amount": 2}
     (rt,) = findings_from_record(RunRecord.from_dict({"script": "/u/t.py", "argv": [], "status": "ok", "steps": 4,
                                                       "events": [ev]}))
-    static = Finding(Severity.ERROR, "TPU502", "custom-op", "/u/t.py", 7, "m", "f", source="static",
+    static = Finding(path="/u/t.py", line=7, col=0, code="TPU502", message="m", severity=Severity.ERROR, name="custom-op", fix="f", source="static",
                      extra={"patterns": [62]})
     assert merge([rt], [static]) == [rt]
 

@@ -38,8 +38,9 @@ def _finding(code: str, file: str, line: int, message: str, *, count: int = 1, s
     rule = BY_CODE[code]
     if per_step is None and steps:
         per_step = round(count / steps, 2)
-    return Finding(severity or rule.severity, code, rule.name, file, line, message, fix or FIX[code], count,
-                   per_step, "runtime", dict(extra))
+    return Finding(path=file, line=line, col=0, code=code, message=message, severity=severity or rule.severity,
+                   extra=dict(extra), name=rule.name, fix=fix or FIX[code], count=count, per_step=per_step,
+                   source="runtime")
 
 
 # A sync seen in at least this fraction of the optimizer steps is "every step"; rarer repeated syncs are
@@ -443,7 +444,7 @@ def _fold_xla_compiles(found: list[Finding]) -> list[Finding]:
     for f in out:
         if f.code == "TPU812" and causes and (f.severity >= Severity.WARNING or f.extra.get("late_compile_s")):
             f.severity = Severity.INFO  # the cost of the recompiles already reported
-            f.message += f" (see {causes[0].code} at {os.path.basename(causes[0].file)}:{causes[0].line})"
+            f.message += f" (see {causes[0].code} at {os.path.basename(causes[0].path)}:{causes[0].line})"
     return out
 
 
@@ -464,7 +465,7 @@ def _fold_late_compiles(found: list[Finding]) -> list[Finding]:
     if eager:
         n = sum(eager.values())
         top = ", ".join(f"{k} x{v}" for k, v in sorted(eager.items(), key=lambda kv: -kv[1])[:3])
-        out.append(_finding("TPU808", first.file, first.line, f"{n} XLA compiles of eager ops in the second half "
+        out.append(_finding("TPU808", first.path, first.line, f"{n} XLA compiles of eager ops in the second half "
                             f"of the run, from the same changing shapes: {top}", count=n,
                             severity=Severity.INFO, executables=eager))
     return out

@@ -4,24 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tputool.rules.model import Severity
-
-
-@dataclass
-class Finding:
-    """One problem at one user file:line: what was seen, how often, and the concrete fix."""
-
-    severity: Severity
-    code: str  # TPU8xx for runtime-only rules, the check code for static findings
-    name: str  # the rule's kebab-case name
-    file: str
-    line: int
-    message: str
-    fix: str
-    count: int = 1
-    per_step: float | None = None  # count / optimizer steps, where steps ran
-    source: str = "runtime"  # "runtime" | "static"
-    extra: dict = field(default_factory=dict)
+from tputool.rules.model import Finding, Severity  # noqa: F401 - Finding: the one finding type, re-exported
 
 
 @dataclass

@@ -42,12 +42,12 @@ def display_path(path: str) -> str:
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Most severe first; then the most frequent; then by file and line."""
-    return sorted(findings, key=lambda f: (-int(f.severity), -(f.per_step or 0), -f.count, f.file, f.line, f.code))
+    return sorted(findings, key=lambda f: (-int(f.severity), -(f.per_step or 0), -f.count, f.path, f.line, f.code))
 
 
 def _where(f: Finding) -> str:
     """`file:line`, or only the file for a finding about the whole run (line 0)."""
-    return f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
+    return f"{display_path(f.path)}:{f.line}" if f.line else display_path(f.path)
 
 
 def _label(f: Finding) -> str:
@@ -122,7 +122,7 @@ def to_json(report: Report) -> str:
         "stopped_at": report.stopped_at and {"file": display_path(report.stopped_at[0]), "line": report.stopped_at[1]},
         "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
         "step_s": report.step_s, "loop": report.loop, "calls": report.calls, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
-        "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.file),
+        "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.path),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
                       "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
         "error": report.error and {**report.error, "traceback": [

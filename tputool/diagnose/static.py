@@ -36,11 +36,14 @@ def static_findings(script: str) -> list[Finding]:
     for r in result.files:
         for f in r.findings:
             rule = rules.get(f.code)
-            out.append(Finding(f.severity, f.code, rule.name if rule else f.code, os.path.abspath(r.path), f.line,
-                               f.message, _fix_text(f.code, rule.doc if rule else "", f.fixable, r.display,
-                                                  rule is not None and rule.fix is FixSafety.UNSAFE), 1, None,
-                               "static", {"col": f.col, "fixable": f.fixable, "title": rule.message if rule else f.message,
-                                          "patterns": list(rule.patterns) if rule else []}))
+            out.append(Finding(
+                path=os.path.abspath(r.path), line=f.line, col=f.col, code=f.code, message=f.message,
+                severity=f.severity, fixable=f.fixable, name=rule.name if rule else f.code,
+                fix=_fix_text(f.code, rule.doc if rule else "", f.fixable, r.display,
+                              rule is not None and rule.fix is FixSafety.UNSAFE),
+                source="static", extra={"col": f.col, "fixable": f.fixable,
+                                        "title": rule.message if rule else f.message,
+                                        "patterns": list(rule.patterns) if rule else []}))
     return out
 
 
@@ -53,6 +56,6 @@ def merge(runtime: list[Finding], static: list[Finding]) -> list[Finding]:
     covered: set[tuple[str, int, int]] = set()
     for f in runtime:
         for p in (*(BY_CODE[f.code].patterns if f.code in BY_CODE else ()), *f.extra.get("patterns", ())):
-            covered.add((f.file, f.line, p))
+            covered.add((f.path, f.line, p))
     return runtime + [s for s in static
-                      if not any((s.file, s.line, p) in covered for p in s.extra.get("patterns", []))]
+                      if not any((s.path, s.line, p) in covered for p in s.extra.get("patterns", []))]

@@ -53,17 +53,26 @@ class Rule:
 
 @dataclass
 class Finding:
-    """One place in one file where a rule fired; `fixed` when the rewrite was applied to the output."""
+    """One place in one file where a rule fired: the one finding type of port, check, diagnose and parity.
+
+    Port/check set `fixed`/`fixable` (whether the rewrite was applied / exists); diagnose also fills the rule's
+    `name`, the concrete `fix` text, how often it was seen (`count`, `per_step`) and where it came from (`source`).
+    """
 
     path: str
     line: int  # 1-based
-    col: int  # 1-based
+    col: int  # 1-based (0: the whole line)
     code: str
     message: str
     severity: Severity
     fixed: bool = False
     fixable: bool = False  # a fix exists (perhaps only with --unsafe-fixes)
     extra: dict = field(default_factory=dict)
+    name: str = ""  # the rule's kebab-case name
+    fix: str = ""  # what to do, in words (diagnose)
+    count: int = 1  # times seen in a run (diagnose)
+    per_step: float | None = None  # count / optimizer steps, where steps ran (diagnose)
+    source: str = "static"  # "static" (check's analysis) | "runtime" (seen while the script ran)
 
 
 @dataclass
