@@ -5,7 +5,8 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   mode / blocking     the eager mode (torch.tpu.EagerMode) and whether each op is waited for (Debug mode);
   rng_seed / counter  the random stream (`tputool.backend.rng` draws from it);
   trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
-  in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`).
+  in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
+  compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options.
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
 
@@ -44,6 +45,8 @@ class Runtime:
     """The Fused trace (`tputool.backend.fused.TRACE`), set when the fused engine loads."""
     in_flight: list = field(default_factory=list)
     """Weak references to arrays dispatched and not yet waited for (`tputool.backend.tensor.track`)."""
+    compiler_options: dict = field(default_factory=dict)
+    """XLA options for computations compiled from now on (`torch.tpu.compiler.custom_compiler_options`)."""
 
 
 STATE = Runtime()
@@ -83,6 +86,7 @@ def reset() -> None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
     STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
+    STATE.compiler_options = {}
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)
