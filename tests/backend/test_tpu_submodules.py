@@ -364,16 +364,18 @@ def test_custom_compiler_options_reach_compiled_computations(tpu_device):
     from tputool.backend.runtime import STATE
 
     x = torch.randn(4, device="tpu")
-    with torch.tpu.compiler.custom_compiler_options({"xla_bogus_option_for_test": True}) as opts:
-        assert opts == {"xla_bogus_option_for_test": True}
-        with pytest.raises(Exception, match="No such compile option"):
-            torch.tpu.pallas.jax_op(lambda a: a * 3.5, x)
-        with pytest.raises(Exception, match="No such compile option"):
-            torch.compile(lambda t: t * 4.5 + 1, backend="tpu")(x)
-    assert STATE.compiler_options == {}
-    with torch.tpu.compiler.custom_compiler_options(xla_backend_optimization_level=0):
-        _close(torch.tpu.pallas.jax_op(lambda a: a * 3.5, x), x * 3.5)
-        _close(torch.compile(lambda t: t * 5.5 + 1, backend="tpu")(x), x * 5.5 + 1)
+    # (Strict: under the Fused mode's dispatch mode Dynamo runs functions eagerly, compiling no graph)
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        with torch.tpu.compiler.custom_compiler_options({"xla_bogus_option_for_test": True}) as opts:
+            assert opts == {"xla_bogus_option_for_test": True}
+            with pytest.raises(Exception, match="No such compile option"):
+                torch.tpu.pallas.jax_op(lambda a: a * 3.5, x)
+            with pytest.raises(Exception, match="No such compile option"):
+                torch.compile(lambda t: t * 4.5 + 1, backend="tpu")(x)
+        assert STATE.compiler_options == {}
+        with torch.tpu.compiler.custom_compiler_options(xla_backend_optimization_level=0):
+            _close(torch.tpu.pallas.jax_op(lambda a: a * 3.5, x), x * 3.5)
+            _close(torch.compile(lambda t: t * 5.5 + 1, backend="tpu")(x), x * 5.5 + 1)
     torch.tpu.compiler.custom_compiler_options(xla_backend_optimization_level=1)  # a plain call stays set
     assert STATE.compiler_options == {"xla_backend_optimization_level": 1}
     torch.tpu.compiler.custom_compiler_options(xla_backend_optimization_level=None)

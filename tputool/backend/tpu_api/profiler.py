@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TpuProfilerConfig"]
+__all__ = ["TpuProfilerConfig"]  # noqa: F822 - loaded by __getattr__
 
 
 def __getattr__(name: str) -> Any:
