@@ -81,7 +81,7 @@ def set_mode(mode: EagerMode) -> None:
 
 def reset() -> None:
     """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
-    the default random seed, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    the default random seed, no compiler options, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
