@@ -120,14 +120,38 @@ def test_jax_op_in_fused_mode_reads_pending_values(fused):
     _close(y * 2, torch.sin(x * 3 + 1) * 2)
 
 
-def test_jax_op_in_compiled_function(tpu_device):
-    x = torch.randn(8)
+def test_jax_op_in_compiled_function_with_backward(tpu_device):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    lin_t = copy.deepcopy(lin).to("tpu")
 
-    @torch.compile(backend="tpu")
-    def f(t):
-        return torch.tpu.pallas.jax_op(jnp.cos, t * 2) + 1
+    def step(m, x, op):
+        return (m(op(m(x))) ** 2).sum()
 
-    _close(f(x.to("tpu")), torch.cos(x * 2) + 1)
+    x = torch.randn(3, 4)
+    ref = step(lin, x, torch.sin)
+    ref.backward()
+    out = torch.compile(step, backend="tpu")(lin_t, x.to("tpu"), lambda h: torch.tpu.pallas.jax_op(jnp.sin, h))
+    out.backward()  # (jax_op is a graph break: autograd runs through both compiled parts and it)
+    _close(out, ref)
+    _close(lin_t.weight.grad, lin.weight.grad)
+
+
+def test_jax_op_cache_lets_functions_go(tpu_device):
+    import gc
+
+    from tputool.backend.tpu_api import pallas
+
+    x = torch.ones(3, device="tpu")
+    before = len(pallas._by_fn)
+    for _ in range(3):
+        _close(torch.tpu.pallas.jax_op(lambda a: a + 1.5, x), torch.full((3,), 2.5))
+    gc.collect()
+    assert len(pallas._by_fn) == before
+    fn = jnp.cos
+    torch.tpu.pallas.jax_op(fn, x)
+    torch.tpu.pallas.jax_op(fn, x)
+    assert len(pallas._by_fn[fn]) == 1  # one entry per (static arguments, compiler options)
 
 
 def test_jax_op_refuses_cpu_tensors_and_unhashable_static(tpu_device):
@@ -348,6 +372,12 @@ def test_optimizer_in_fused_mode(fused):
 
 
 def test_optimizer_rejects_bad_hyperparameters_and_cpu_parameters():
+    p0 = [torch.nn.Parameter(torch.ones(1))]
+    torch.tpu.optimizers.AdamW(p0, fused=True, foreach=False, capturable=True)  # torch.optim's flags: accepted
+    with pytest.raises(ValueError, match="differentiable=True"):
+        torch.tpu.optimizers.Sgd(p0, differentiable=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        torch.tpu.optimizers.Sgd(p0, momentum_typo=0.9)
     with pytest.raises(ValueError, match="Invalid learning rate"):
         torch.tpu.optimizers.AdamW([torch.nn.Parameter(torch.ones(1))], lr=-1)
     with pytest.raises(ValueError, match="Nesterov"):

@@ -6,7 +6,8 @@ and runs all their updates as one `jax.jit` computation, donating the parameters
 new values take their place). Per-step numbers (learning rate, bias corrections, ...) are inputs, not
 constants, so a schedule does not recompile; only the update's structure (flags such as amsgrad, nesterov,
 and the parameters' shapes) is part of the compile key. Subclasses give the per-parameter math in JAX:
-`AdamW` and `Sgd` follow torch.optim.AdamW / torch.optim.SGD step for step (single-tensor algorithm).
+`AdamW` and `Sgd` follow torch.optim.AdamW / torch.optim.SGD step for step (single-tensor algorithm); their
+`foreach`/`fused`/`capturable` flags are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -128,6 +129,21 @@ def _jitted(cls: type, donate: bool) -> Callable:
     return fn
 
 
+IMPLEMENTATION_FLAGS = ("foreach", "fused", "capturable")
+"""torch.optim's choices of implementation: accepted and ignored (the step is always one compiled computation)."""
+
+
+def _implementation(flags: dict) -> None:
+    """Accept torch.optim's implementation flags; refuse differentiable=True and unknown keywords."""
+    flags = dict(flags)
+    if flags.pop("differentiable", False):
+        raise ValueError("differentiable=True is not supported: the step runs outside autograd, as one "
+                         "compiled computation")
+    unknown = sorted(set(flags) - set(IMPLEMENTATION_FLAGS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}")
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)
@@ -139,7 +155,9 @@ class AdamW(Optimizer):
     state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False) -> None:
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 **implementation: Any) -> None:
+        _implementation(implementation)
         _check(0.0 <= float(lr), f"Invalid learning rate: {lr}")
         _check(0.0 <= eps, f"Invalid epsilon value: {eps}")
         _check(0.0 <= betas[0] < 1.0, f"Invalid beta parameter at index 0: {betas[0]}")
@@ -189,7 +207,9 @@ class Sgd(Optimizer):
     state_names = ("momentum_buffer",)
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
+                 **implementation: Any) -> None:
+        _implementation(implementation)
         _check(0.0 <= float(lr), f"Invalid learning rate: {lr}")
         _check(0.0 <= momentum, f"Invalid momentum value: {momentum}")
         _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")

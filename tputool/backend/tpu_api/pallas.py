@@ -12,6 +12,7 @@ call is a graph break: it runs eagerly between the compiled parts.
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -27,12 +28,17 @@ __all__ = ["get_pallas_mesh", "jax_op"]
 
 
 class _Compiled:
-    """The jitted forms of one (fn, static arguments, compiler options): plain, forward-with-VJP, backward."""
+    """The jitted forms of one (fn, static arguments, compiler options): plain, forward-with-VJP, backward.
+
+    They reach `fn` through `ref` (a weak reference for plain functions), so the cache entry, weakly keyed
+    by `fn`, goes away with it."""
 
     __slots__ = ("call", "fwd", "bwd")
 
-    def __init__(self, fn: Callable, static: dict, options: dict | None) -> None:
-        f = functools.partial(fn, **static) if static else fn
+    def __init__(self, ref: Callable[[], Callable], static: dict, options: dict | None) -> None:
+        def f(*arrays):
+            return ref()(*arrays, **static)
+
         jit = functools.partial(jax.jit, compiler_options=options)
         self.call = jit(f)
         self.fwd = jit(lambda *a: jax.vjp(f, *a))
@@ -41,7 +47,10 @@ class _Compiled:
 
 _by_fn: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _by_fn_strong: dict = {}
-"""Compiled forms per function (weakly keyed, so a lambda made per call does not pile up), then per key."""
+"""Compiled forms per function, then per (static arguments, compiler options). Plain functions are weakly
+keyed (a lambda made per call does not pile up, though it compiles per call: pass values as static keyword
+arguments instead); bound methods (a new object on each access) and objects without weak references are
+kept."""
 
 
 def _compiled(fn: Callable, static: dict) -> _Compiled:
@@ -52,13 +61,17 @@ def _compiled(fn: Callable, static: dict) -> _Compiled:
     except TypeError as e:
         raise TypeError(f"jax_op's keyword arguments are static (passed to fn as Python values, part of the "
                         f"compile key), so they must be hashable: {e}") from None
-    try:
-        table = _by_fn.setdefault(fn, {})
-    except TypeError:  # not weakly referenceable
-        table = _by_fn_strong.setdefault(fn, {})
+    table, ref = None, None
+    if not inspect.ismethod(fn):
+        try:
+            table, ref = _by_fn.setdefault(fn, {}), weakref.ref(fn)
+        except TypeError:  # not weakly referenceable
+            pass
+    if table is None:
+        table, ref = _by_fn_strong.setdefault(fn, {}), (lambda: fn)
     c = table.get(key)
     if c is None:
-        c = table[key] = _Compiled(fn, static, dict(opts) or None)
+        c = table[key] = _Compiled(ref, static, dict(opts) or None)
     return c
 
 
