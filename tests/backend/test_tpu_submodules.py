@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import re
 
@@ -120,21 +121,47 @@ def test_jax_op_in_fused_mode_reads_pending_values(fused):
     _close(y * 2, torch.sin(x * 3 + 1) * 2)
 
 
-def test_jax_op_in_compiled_function_with_backward(tpu_device):
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(4, 4)
-    lin_t = copy.deepcopy(lin).to("tpu")
+def _jf(h, w, scale):
+    return {"a": jnp.sin(h) * scale, "b": (jnp.argmax(h, -1), (h * h).sum() * w.sum())}
 
-    def step(m, x, op):
-        return (m(op(m(x))) ** 2).sum()
+
+def _tf(h, w, scale):
+    return {"a": torch.sin(h) * scale, "b": (torch.argmax(h, -1), (h * h).sum() * w.sum())}
+
+
+def test_jax_op_in_compiled_function_is_one_graph_with_backward(tpu_device):
+    from tputool.backend import events
+
+    torch.manual_seed(0)
+    lin, w = torch.nn.Linear(4, 4), torch.randn(2)
+    lin_t, (w_t,) = copy.deepcopy(lin).to("tpu"), _tpu(w, grad=True)
+    w.requires_grad_()
+
+    def step(m, x, w, op):
+        out = op(m(x), w, scale=2.0)
+        return (m(out["a"]) ** 2).sum() + out["b"][1], out["b"][0]
 
     x = torch.randn(3, 4)
-    ref = step(lin, x, torch.sin)
-    ref.backward()
-    out = torch.compile(step, backend="tpu")(lin_t, x.to("tpu"), lambda h: torch.tpu.pallas.jax_op(jnp.sin, h))
-    out.backward()  # (jax_op is a graph break: autograd runs through both compiled parts and it)
-    _close(out, ref)
+    loss, idx = step(lin, x, w, _tf)
+    loss.backward()
+    events.reset()
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_NEVER):  # (Dynamo runs eagerly under Fused's mode)
+        loss_t, idx_t = torch.compile(step, backend="tpu")(
+            lin_t, x.to("tpu"), w_t, functools.partial(torch.tpu.pallas.jax_op, _jf))
+        loss_t.backward()
+    assert events.total("graph_break") == 0  # the JAX function is an op of the compiled graph
+    assert events.total("compile") >= 2  # (a forward and a backward graph)
+    _close(loss_t, loss)
+    assert torch.equal(idx_t.cpu(), idx)
+    _close(w_t.grad, w.grad)
     _close(lin_t.weight.grad, lin.weight.grad)
+
+
+def test_jax_op_compiled_with_changing_sizes(tpu_device):
+    f = torch.compile(lambda x: torch.tpu.pallas.jax_op(jnp.sin, x * 2) + 1, backend="tpu")
+    for n in (3, 5, 7):  # (dynamic sizes after the first change: a graph break around jax_op, same values)
+        x = torch.randn(n, 4)
+        _close(f(x.to("tpu")), torch.sin(x * 2) + 1)
 
 
 def test_jax_op_cache_lets_functions_go(tpu_device):

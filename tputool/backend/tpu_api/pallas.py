@@ -112,9 +112,19 @@ class _JaxOp(torch.autograd.Function):
         return (None, None, *(_bridge.tensor(c) if ok else None for c, ok in zip(in_cts, ctx.in_diff, strict=True)))
 
 
-@torch.compiler.disable
 def jax_op(fn: Callable, *tensors: torch.Tensor, **static: Any) -> Any:
     """`fn(*arrays, **static)` on the JAX values of tpu `tensors`; its outputs as tpu tensors (differentiable)."""
+    if torch.compiler.is_dynamo_compiling():  # one op of the compiled graph (see _graph_op)
+        from tputool.backend.tpu_api import _graph_op
+
+        shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+        key, structure = _graph_op.describe(fn, tuple(sorted(static.items())), shapes)
+        return _graph_op.build(structure, torch.ops.tputool.jax_op(list(tensors), key))
+    return _eager_jax_op(fn, tensors, static)
+
+
+@torch.compiler.disable
+def _eager_jax_op(fn: Callable, tensors: tuple, static: dict) -> Any:
     _bridge.require_tpu(tensors, "torch.tpu.pallas.jax_op")
     box: list = []
     outs = _JaxOp.apply(_compiled(fn, static), box, *tensors)
