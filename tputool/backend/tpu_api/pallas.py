@@ -5,8 +5,9 @@ array), runs it as one `jax.jit` computation (cached per function, static argume
 returns its outputs as tpu tensors, in the same structure (one array, a tuple/list/dict of arrays). It is a
 `torch.autograd.Function`: when an input needs a gradient the forward runs `jax.vjp(fn)` and keeps its
 residuals, and the backward applies the VJP to the incoming gradients (integer inputs get no gradient).
-In the Fused eager mode the inputs' pending values are computed first (a flush). Under `torch.compile` the
-call is a graph break: it runs eagerly between the compiled parts.
+In the Fused eager mode the inputs' pending values are computed first (a flush). Under
+`torch.compile(backend="tpu")` it becomes one op of the graph, `tputool::jax_op`, whose lowering calls `fn`
+inside the graph's own computation (`tpu_api/_graph_op.py`; dynamic sizes make it a graph break).
 """
 
 from __future__ import annotations
