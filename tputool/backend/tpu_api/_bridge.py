@@ -33,6 +33,14 @@ def arrays(tensors: Sequence[torch.Tensor], reason: str) -> list[jax.Array]:
     return [tt.to_jax(t) for t in tensors]
 
 
+def settle(reason: str) -> None:
+    """In the Fused eager mode, run the deferred ops now (before buffers they may read are donated)."""
+    if runtime.STATE.mode is _FUSED:
+        from tputool.backend import fused
+
+        fused.flush(reason)
+
+
 def tensor(a: jax.Array) -> torch.Tensor:
     """A tpu tensor holding `a` (tracked for synchronize; waited for at once in the Debug eager mode)."""
     tt.track(a)

@@ -83,6 +83,7 @@ class Optimizer(torch.optim.Optimizer):
         names = self.state_names
         state_tensors = [tuple(s.get(n) for n in names) for s in states]
         reason = "torch.tpu.optimizers step"
+        _bridge.settle(reason)  # (a deferred op may read a parameter whose buffer the step donates)
         p_arrs = _bridge.arrays(params, reason)
         g_arrs = _bridge.arrays(grads, reason)
         s_arrs = [tuple(None if t is None else _bridge.arrays([t], reason)[0] for t in ts) for ts in state_tensors]
