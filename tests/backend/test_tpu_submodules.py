@@ -292,6 +292,31 @@ def test_max_pool_matches_torch_with_backward(tpu_device, n, kw):
     _close(back(g.to("tpu"), x.to("tpu"), **kw), rx.grad)
 
 
+def test_ops_are_ops_of_compiled_graphs(tpu_device):
+    from tputool.backend import events
+
+    q, k, v = (torch.randn(1, 2, 128, 64) for _ in range(3))
+    lhs, rhs, sizes = torch.randn(10, 4), torch.randn(3, 4, 5), torch.tensor([3, 0, 5])
+    x = torch.randn(1, 2, 8, 8)
+    (trhs,) = _tpu(rhs, grad=True)
+    rrhs = rhs.clone().requires_grad_()
+    events.reset()
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        att = torch.compile(lambda q, k, v: torch.tpu.ops.splash_sdpa(q, k, v, is_causal=True) * 2,
+                            backend="tpu")(*_tpu(q, k, v))
+        rag = torch.compile(lambda a, b, c: torch.tpu.ops.ragged_dot(a, b, c).square().sum(),
+                            backend="tpu")(lhs.to("tpu"), trhs, sizes.to("tpu"))
+        rag.backward()
+        pool = torch.compile(lambda x: torch.tpu.ops.max_pool2d(x, 3, 2) + 1, backend="tpu")(x.to("tpu"))
+    assert events.total("graph_break") == 0
+    _close(att, F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2, 1e-4)
+    ref = _ragged_ref(lhs, rrhs, sizes).square().sum()
+    ref.backward()
+    _close(rag, ref)
+    _close(trhs.grad, rrhs.grad)
+    _close(pool, F.max_pool2d(x, 3, 2) + 1)
+
+
 @pytest.mark.parametrize(("mod", "name", "why"), [
     ("ops", "sparse_dense_matmul", "SparseCore"), ("ops", "sparse_gather", "SparseCore"),
     ("ops", "sparse_iota", "SparseCore"), ("ops", "sparse_map_row", "SparseCore"),

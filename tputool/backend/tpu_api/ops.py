@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -37,24 +38,26 @@ SPLASH_BLOCK = 128
 # ---- attention -----------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
-def _splash(heads: int, q_len: int, kv_len: int, causal: bool, interpret: bool) -> Callable:
-    """The splash kernel for one shape and mask, as fn(q, k, v, scale) over (batch, heads, seq, dim) arrays."""
+def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool) -> Callable:
+    """JAX's splash kernel for one shape and mask, over (heads, seq, dim) arrays (interpret mode off TPU)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     blk = SPLASH_BLOCK
     sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk, block_kv_dkv=blk,
                           block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
     one = sa.CausalMask((q_len, kv_len)) if causal else sa.FullMask((q_len, kv_len))
-    kernel = sa.make_splash_mha_single_device(sa.MultiHeadMask([one] * heads), block_sizes=sizes,
-                                              interpret=interpret)
+    with jax.ensure_compile_time_eval():  # (concrete mask arrays, though built while a computation traces)
+        return sa.make_splash_mha_single_device(sa.MultiHeadMask([one] * heads), block_sizes=sizes,
+                                                interpret=jax.devices()[0].platform != "tpu")
 
-    def run(q, k, v, scale: float):
-        from tputool.backend.graph.attention_jax import expand_kv
 
-        k, v = expand_kv(q, k, v)
-        return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v).astype(q.dtype)
+def _splash_attention(q, k, v, *, causal: bool, scale: float):
+    """(batch, heads, seq, dim) attention through the splash kernel (built while JAX traces: static shapes)."""
+    from tputool.backend.graph.attention_jax import expand_kv
 
-    return run
+    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal)
+    k, v = expand_kv(q, k, v)
+    return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v).astype(q.dtype)
 
 
 def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, is_causal: bool = False,
@@ -72,11 +75,8 @@ def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, 
                          "F.scaled_dot_product_attention")
     if heads % key.shape[1]:
         raise ValueError(f"splash_sdpa: key heads ({key.shape[1]}) must divide query heads ({heads})")
-    from tputool.backend.graph.attention_jax import attention_scale
-
-    interpret = jax.devices()[0].platform != "tpu"
-    fn = _splash(heads, q_len, kv_len, bool(is_causal), interpret)
-    return jax_op(fn, query, key, value, scale=attention_scale(query.shape[-1], scale))
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return jax_op(_splash_attention, query, key, value, causal=bool(is_causal), scale=scale)
 
 
 # ---- grouped matmuls -------------------------------------------------------------------------------------
