@@ -124,11 +124,14 @@ def jax_op(fn: Callable, *tensors: torch.Tensor, **static: Any) -> Any:
     return _eager_jax_op(fn, tensors, static)
 
 
-@torch.compiler.disable
 def _eager_jax_op(fn: Callable, tensors: tuple, static: dict) -> Any:
     _bridge.require_tpu(tensors, "torch.tpu.pallas.jax_op")
+    compiled = _compiled(fn, static)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):  # no autograd node needed
+        out = compiled.call(*_bridge.arrays(tensors, "torch.tpu.pallas.jax_op"))
+        return jax.tree_util.tree_map(_bridge.tensor, out)
     box: list = []
-    outs = _JaxOp.apply(_compiled(fn, static), box, *tensors)
+    outs = _JaxOp.apply(compiled, box, *tensors)
     return jax.tree_util.tree_unflatten(box[0], list(outs))
 
 
