@@ -90,8 +90,11 @@ def describe(fn: Callable, static_items: tuple, shapes: tuple) -> tuple[int, Any
 @torch.library.custom_op("tputool::jax_op", mutates_args=())
 def jax_op_graph(inputs: list[torch.Tensor], key: int) -> list[torch.Tensor]:
     """fn(*inputs) of entry `key`, flattened (eager kernel: tpu tensors)."""
+    from tputool.backend.tpu_api.pallas import _compiled
+
+    fn, static = _entries[key]
     arrs = _bridge.arrays(inputs, "torch.tpu.pallas.jax_op")
-    return [_bridge.tensor(a) for a in jax.tree_util.tree_leaves(jax.jit(_fn(key))(*arrs))]
+    return [_bridge.tensor(a) for a in jax.tree_util.tree_leaves(_compiled(fn, static).call(*arrs))]
 
 
 @jax_op_graph.register_fake
@@ -111,12 +114,15 @@ def _vjp(inputs: Sequence[Any], cts: Sequence[Any], key: int) -> list:
     return [g for g, x in zip(grads, inputs, strict=True) if _inexact(x.dtype)]
 
 
+_vjp_jit = jax.jit(_vjp, static_argnums=2)
+
+
 @torch.library.custom_op("tputool::jax_op_vjp", mutates_args=())
 def jax_op_vjp(inputs: list[torch.Tensor], cotangents: list[torch.Tensor], key: int) -> list[torch.Tensor]:
     """Gradients of entry `key`'s floating inputs for `cotangents` of its outputs (eager kernel: tpu tensors)."""
     arrs = _bridge.arrays([*inputs, *cotangents], "torch.tpu.pallas.jax_op backward")
     n = len(inputs)
-    return [_bridge.tensor(a) for a in jax.jit(_vjp, static_argnums=2)(arrs[:n], arrs[n:], key)]
+    return [_bridge.tensor(a) for a in _vjp_jit(arrs[:n], arrs[n:], key)]
 
 
 @jax_op_vjp.register_fake

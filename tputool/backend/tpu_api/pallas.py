@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import torch
 
-from tputool.backend import runtime
+from tputool.backend import cache, runtime
 from tputool.backend.tpu_api import _bridge
 
 __all__ = ["get_pallas_mesh", "jax_op"]
@@ -87,7 +87,7 @@ class _JaxOp(torch.autograd.Function):
     def forward(ctx, compiled: _Compiled, box: list, *tensors: torch.Tensor):  # noqa: ANN205 - torch's API
         arrs = _bridge.arrays(tensors, "torch.tpu.pallas.jax_op")
         if any(ctx.needs_input_grad[2:]):
-            out, ctx.vjp = compiled.fwd(*arrs)
+            out, ctx.vjp = cache.call(compiled.fwd, "torch.tpu.pallas.jax_op", *arrs)
         else:
             out, ctx.vjp = compiled.call(*arrs), None
         leaves, treedef = jax.tree_util.tree_flatten(out)
@@ -128,7 +128,7 @@ def _eager_jax_op(fn: Callable, tensors: tuple, static: dict) -> Any:
     _bridge.require_tpu(tensors, "torch.tpu.pallas.jax_op")
     compiled = _compiled(fn, static)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):  # no autograd node needed
-        out = compiled.call(*_bridge.arrays(tensors, "torch.tpu.pallas.jax_op"))
+        out = cache.call(compiled.call, "torch.tpu.pallas.jax_op", *_bridge.arrays(tensors, "torch.tpu.pallas.jax_op"))
         return jax.tree_util.tree_map(_bridge.tensor, out)
     box: list = []
     outs = _JaxOp.apply(compiled, box, *tensors)
