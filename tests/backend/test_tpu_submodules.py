@@ -164,6 +164,19 @@ def test_jax_op_compiled_with_changing_sizes(tpu_device):
         _close(f(x.to("tpu")), torch.sin(x * 2) + 1)
 
 
+def test_jax_op_graph_op_kernels_under_another_backend(tpu_device):
+    x = torch.randn(5)
+    (tx,) = _tpu(x, grad=True)
+    rx = x.clone().requires_grad_()
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_NEVER):  # backend "eager" runs tputool::jax_op's kernels
+        out = torch.compile(lambda t: torch.tpu.pallas.jax_op(_jf, t, t, scale=3.0)["a"].sum(), backend="eager")(tx)
+        out.backward()
+    ref = _tf(rx, rx, 3.0)["a"].sum()
+    ref.backward()
+    _close(out, ref)
+    _close(tx.grad, rx.grad)
+
+
 def test_jax_op_cache_lets_functions_go(tpu_device):
     import gc
 
