@@ -6,12 +6,13 @@ and runs all their updates as one `jax.jit` computation, donating the parameters
 new values take their place). Per-step numbers (learning rate, bias corrections, ...) are inputs, not
 constants, so a schedule does not recompile; only the update's structure (flags such as amsgrad, nesterov,
 and the parameters' shapes) is part of the compile key. Subclasses give the per-parameter math in JAX:
-`AdamW` and `Sgd` follow torch.optim.AdamW / torch.optim.SGD step for step (single-tensor algorithm); their
+`AdamW`, `Sgd` and `Muon` follow torch.optim.AdamW / SGD / Muon step for step (single-tensor algorithm); their
 `foreach`/`fused`/`capturable` flags are accepted and ignored.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from tputool.backend import cache, runtime
 from tputool.backend.tpu_api import _bridge
 
-__all__ = ["AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer"]
+__all__ = ["AdamW", "MUON_NS_COEFFICIENTS", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer"]
 
 _UNUSED_DONATION = "Some donated buffers were not usable"
 
@@ -37,6 +38,8 @@ class Optimizer(torch.optim.Optimizer):
     it may advance host state such as the step count) and the static method `_update`."""
 
     state_names: tuple[str, ...] = ()
+    xla_options: dict[str, Any] = {}
+    """XLA options of the update computation (under the user's custom_compiler_options)."""
 
     def _static(self, group: dict, state: dict) -> tuple:
         """Hashable flags that change the update's structure (part of the compile key)."""
@@ -111,7 +114,7 @@ _jits: dict = {}
 
 def _jitted(cls: type, donate: bool) -> Callable:
     """The one computation updating a list of parameters with `cls._update` (cached per class and options)."""
-    opts = runtime.STATE.compiler_options
+    opts = {**cls.xla_options, **runtime.STATE.compiler_options}
     key = (cls, donate, tuple(sorted(opts.items())))
     fn = _jits.get(key)
     if fn is None:
@@ -245,14 +248,85 @@ class Sgd(Optimizer):
         return p + -c[0] * g, (buf,)
 
 
-class Muon:
-    """Not available here (see the error)."""
+MUON_NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+"""torch.optim.Muon's default Newton-Schulz coefficients (a, b, c)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "torch.tpu.optimizers.Muon is not available in tputool's bundled backend: its single-trace Muon "
-            "(Newton-Schulz orthogonalized momentum) is not reproduced; torch.optim.Muon runs on tpu tensors "
-            "op by op")
+
+def _lerp(a: jax.Array, b: jax.Array, w: jax.Array) -> jax.Array:
+    """torch.lerp's formula (from the nearer end, as its CPU kernel)."""
+    return jnp.where(w < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+
+
+def _orthogonalize(g: jax.Array, coefficients: tuple, steps: int, eps: float) -> jax.Array:
+    """torch.optim.Muon's Newton-Schulz iteration, in bfloat16 (float32 accumulation)."""
+    a, b, c = coefficients
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    tall = g.shape[0] > g.shape[1]
+    x = g.astype(bf16)
+    x = x.T if tall else x
+    norm = jnp.sqrt(jnp.sum(jnp.square(x.astype(f32)))).astype(bf16)
+    x = x / jnp.maximum(norm, jnp.asarray(eps, bf16))
+
+    def mm(u, v):
+        return jnp.matmul(u, v, preferred_element_type=f32)
+
+    for _ in range(steps):
+        gram = mm(x, x.T).astype(bf16)
+        update = (b * gram.astype(f32) + c * mm(gram, gram)).astype(bf16)
+        x = (a * x.astype(f32) + mm(update, x)).astype(bf16)
+    return x.T if tall else x
+
+
+class Muon(Optimizer):
+    """torch.optim.Muon (momentum, Newton-Schulz orthogonalized updates; 2-D parameters) with one compiled step."""
+
+    state_names = ("momentum_buffer",)
+    xla_options = {"xla_allow_excess_precision": False}
+    """Round every bfloat16 value of the iteration as torch does (XLA would keep some in float32)."""
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                 nesterov: bool = True, ns_coefficients: tuple[float, float, float] = MUON_NS_COEFFICIENTS,
+                 eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None) -> None:
+        _check(0.0 <= float(lr), f"Learning rate should be >= 0 but is: {lr}")
+        _check(0.0 <= momentum, f"momentum should be >= 0 but is: {momentum}")
+        _check(0.0 <= weight_decay, f"weight decay should be >= 0 but is: {weight_decay}")
+        _check(adjust_lr_fn in (None, "original", "match_rms_adamw"),
+               f"Adjust learning rate function {adjust_lr_fn} is not supported")
+        _check(len(ns_coefficients) == 3 and ns_steps < 100, "ns_coefficients: 3 values; ns_steps: below 100")
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
+                                  "nesterov": nesterov, "ns_coefficients": tuple(ns_coefficients), "eps": eps,
+                                  "ns_steps": ns_steps, "adjust_lr_fn": adjust_lr_fn})
+        for group in self.param_groups:
+            for p in group["params"]:
+                _check(p.ndim == 2, f"Muon only supports 2D parameters whereas we found a parameter with size: "
+                                    f"{p.size()}")
+
+    def _init_state(self, group: dict, p: torch.Tensor, state: dict) -> None:
+        state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+
+    def _static(self, group: dict, state: dict) -> tuple:
+        return (bool(group["nesterov"]), tuple(float(x) for x in group["ns_coefficients"]),
+                int(group["ns_steps"]), float(group["eps"]))
+
+    def _scalars(self, group: dict, state: dict) -> tuple[float, ...]:
+        lr, fn = float(group["lr"]), group["adjust_lr_fn"]
+        rows, cols = state["momentum_buffer"].shape
+        if fn is None or fn == "original":
+            ratio = math.sqrt(max(1, rows / cols))
+        else:
+            ratio = 0.2 * math.sqrt(max(rows, cols))
+        momentum = group["momentum"]
+        return (1 - momentum, momentum, 1 - lr * group["weight_decay"], lr * ratio)
+
+    @staticmethod
+    def _update(static: tuple, p: jax.Array, g: jax.Array, states: tuple, c: jax.Array) -> tuple:
+        nesterov, coefficients, steps, eps = static
+        (buf,) = states
+        c = c.astype(p.dtype)
+        buf = _lerp(buf, g, c[0])
+        update = _lerp(g, buf, c[1]) if nesterov else buf
+        update = _orthogonalize(update, coefficients, steps, eps)
+        return p * c[2] + -c[3] * update.astype(p.dtype), (buf,)
 
 
 class SingleTraceTrainer:
