@@ -1,6 +1,6 @@
 """Registration of the bundled `tpu` device: PrivateUse1 renamed `tpu`, its kernels, torch.tpu, autocast.
 
-`register()` is idempotent and is called by the torch.backends entry point (`_loader.load`) and by
+`torch.tpu`'s submodules come from `tpu_api/`. `register()` is idempotent and is called by the torch.backends entry point (`_loader.load`) and by
 `import tputool.backend`. Where Google's torch_tpu is installed it owns the device and this steps aside.
 """
 
@@ -60,6 +60,9 @@ def register(freeze_gc: bool = False) -> bool:
 
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         "tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
+    from tputool.backend import tpu_api
+
+    tpu_api.install(tpu_module)  # torch.tpu.pallas, .ops, .optimizers, ... (also as modules torch.tpu.<name>)
     _register_kernels()
     from tputool.backend import hf_generate, module_ties, serialization
 

@@ -6,7 +6,8 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   rng_seed / counter  the random stream (`tputool.backend.rng` draws from it);
   trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
   in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
-  mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`).
+  mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`);
+  compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options.
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
 
@@ -54,6 +55,8 @@ class Runtime:
     bad_fork: bool = False
     """True in a child forked after JAX started, where the device refuses to run (`tputool.backend.fork`);
     `reset()` keeps it."""
+    compiler_options: dict = field(default_factory=dict)
+    """XLA options for computations compiled from now on (`torch.tpu.compiler.custom_compiler_options`)."""
 
 
 STATE = Runtime()
@@ -88,12 +91,13 @@ def set_mode(mode: EagerMode) -> None:
 
 def reset() -> None:
     """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
-    the default random seed, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    the default random seed, no compiler options, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
     STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
     STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
+    STATE.compiler_options = {}
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)

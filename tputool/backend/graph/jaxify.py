@@ -20,7 +20,7 @@ import jax
 import torch
 from torch import fx
 
-from tputool.backend import events
+from tputool.backend import events, runtime
 from tputool.backend.lowerings import Lowering
 
 SIZE_OPS: dict[Any, Callable] = {
@@ -182,9 +182,10 @@ class JaxGraph:
     def __post_init__(self) -> None:
         shift = 1  # argument 0 of the jitted function is the RNG key
         static = tuple(p + shift for p in self.static_positions)
-        self._jitted = jax.jit(self._traced, static_argnums=static)
+        opts = dict(runtime.STATE.compiler_options) or None  # (torch.tpu.compiler.custom_compiler_options)
+        self._jitted = jax.jit(self._traced, static_argnums=static, compiler_options=opts)
         if self.mutated:
-            self._donating = jax.jit(self._traced, static_argnums=static,
+            self._donating = jax.jit(self._traced, static_argnums=static, compiler_options=opts,
                                      donate_argnums=tuple(p + shift for p in self.mutated))
 
     def _traced(self, rng_key: jax.Array | None, *inputs: Any) -> tuple:

@@ -1,0 +1,244 @@
+"""`torch.tpu.ops`: TorchTPU's kernels and collectives, on tpu tensors.
+
+- `splash_sdpa`: attention through JAX's Pallas TPU splash-attention kernel (forward and backward kernels);
+  where the device is not a TPU, the same kernel runs in Pallas' interpret mode (slow, for checking only).
+- `ragged_dot`, `ragged_dot_weight_grad`: grouped matmuls through `jax.lax.ragged_dot` (and its VJP).
+- `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension, with the single-process
+  semantics of the bundled distributed backend (world size 1: a copy); more processes is not implemented.
+- `optimization_barrier`: `jax.lax.optimization_barrier` over tensors.
+- `max_pool1d/2d/3d` and their `_backward`: max pooling (PyTorch's semantics) in JAX and its VJP.
+The rest of TorchTPU's list raises NotImplementedError saying why (SparseCore hardware, point-to-point
+transfers between processes, jagged layouts).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from tputool.backend.tpu_api.pallas import jax_op
+
+__all__ = ["align_jagged_to_multiple", "all_gather_dim", "max_pool1d", "max_pool1d_backward", "max_pool2d",
+           "max_pool2d_backward", "max_pool3d", "max_pool3d_backward", "optimization_barrier",
+           "ragged_all_to_all", "ragged_dot", "ragged_dot_weight_grad", "recv", "reduce_scatter_dim", "send",
+           "sparse_dense_matmul", "sparse_gather", "sparse_iota", "sparse_map_row", "splash_sdpa",
+           "strip_jagged_padding"]
+
+SPLASH_BLOCK = 128
+"""Block size of the splash kernel along both sequences (the TPU lane width: its minimum)."""
+
+
+# ---- attention -----------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool) -> Callable:
+    """JAX's splash kernel for one shape and mask, over (heads, seq, dim) arrays (interpret mode off TPU)."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    blk = SPLASH_BLOCK
+    sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk, block_kv_dkv=blk,
+                          block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
+    one = sa.CausalMask((q_len, kv_len)) if causal else sa.FullMask((q_len, kv_len))
+    with jax.ensure_compile_time_eval():  # (concrete mask arrays, though built while a computation traces)
+        return sa.make_splash_mha_single_device(sa.MultiHeadMask([one] * heads), block_sizes=sizes,
+                                                interpret=jax.devices()[0].platform != "tpu")
+
+
+def _splash_attention(q, k, v, *, causal: bool, scale: float):
+    """(batch, heads, seq, dim) attention through the splash kernel (built while JAX traces: static shapes)."""
+    from tputool.backend.graph.attention_jax import expand_kv
+
+    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal)
+    k, v = expand_kv(q, k, v)
+    return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v).astype(q.dtype)
+
+
+def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, is_causal: bool = False,
+                scale: float | None = None) -> torch.Tensor:
+    """Attention as F.scaled_dot_product_attention (no mask, no dropout) through the Pallas splash kernel.
+
+    Shapes (batch, heads, seq, head_dim); key/value heads may divide the query heads (grouped-query); both
+    sequence lengths must be multiples of 128 (the kernel's block)."""
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError("splash_sdpa takes (batch, heads, seq, head_dim) query, key and value")
+    q_len, kv_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
+    if q_len % SPLASH_BLOCK or kv_len % SPLASH_BLOCK:
+        raise ValueError(f"splash_sdpa: sequence lengths must be multiples of {SPLASH_BLOCK} (the splash kernel's "
+                         f"block), got query {q_len} and key {kv_len}; pad them or use "
+                         "F.scaled_dot_product_attention")
+    if heads % key.shape[1]:
+        raise ValueError(f"splash_sdpa: key heads ({key.shape[1]}) must divide query heads ({heads})")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return jax_op(_splash_attention, query, key, value, causal=bool(is_causal), scale=scale)
+
+
+# ---- grouped matmuls -------------------------------------------------------------------------------------
+
+def _ragged_dot(lhs, rhs, group_sizes):
+    return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32))
+
+
+def ragged_dot(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """Grouped matmul: rows of `lhs` (m, k) in consecutive groups of `group_sizes` (g,), group i times
+    `rhs[i]` (g, k, n) -> (m, n); rows past the groups' total are zero. Differentiable in lhs and rhs."""
+    return jax_op(_ragged_dot, lhs, rhs, group_sizes)
+
+
+def _ragged_dot_weight_grad(lhs, grad, group_sizes, k: int, n: int):
+    zeros = jnp.zeros((group_sizes.shape[0], k, n), grad.dtype)
+    _, vjp = jax.vjp(lambda w: _ragged_dot(lhs, w, group_sizes), zeros)
+    return vjp(grad)[0]
+
+
+def ragged_dot_weight_grad(lhs: torch.Tensor, grad_output: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """The gradient of ragged_dot's `rhs`: for each group i, lhs_i^T @ grad_output_i -> (g, k, n)."""
+    return jax_op(_ragged_dot_weight_grad, lhs, grad_output, group_sizes, k=lhs.shape[-1], n=grad_output.shape[-1])
+
+
+# ---- collectives -----------------------------------------------------------------------------------------
+
+def _world_size(group) -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+def _single_process(name: str, group) -> None:
+    n = _world_size(group)
+    if n > 1:
+        raise NotImplementedError(
+            f"torch.tpu.ops.{name}: world size {n}: collectives between processes need JAX's multi-process "
+            "runtime, which the bundled backend does not implement yet (one process per host, world size 1)")
+
+
+def all_gather_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
+    """Every rank's `tensor`, concatenated along `dim` (one process: a copy of `tensor`)."""
+    _single_process("all_gather_dim", group)
+    return tensor.clone()
+
+
+def reduce_scatter_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
+    """The sum over ranks of `tensor`, split along `dim`, this rank's part (one process: a copy)."""
+    _single_process("reduce_scatter_dim", group)
+    return tensor.clone()
+
+
+def _barrier(*arrays):
+    return jax.lax.optimization_barrier(arrays)
+
+
+def optimization_barrier(tensors: torch.Tensor | Sequence[torch.Tensor]):
+    """The same values, through jax.lax.optimization_barrier (XLA does not move computation across it)."""
+    if isinstance(tensors, torch.Tensor):
+        return jax_op(_barrier, tensors)[0]
+    out = jax_op(_barrier, *tensors)
+    return list(out) if isinstance(tensors, list) else tuple(out)
+
+
+# ---- max pooling -----------------------------------------------------------------------------------------
+
+def _tuple(v, n: int, name: str) -> tuple[int, ...]:
+    t = (int(v),) * n if isinstance(v, int) else tuple(int(x) for x in v)
+    if len(t) == 1 and n > 1:
+        t = t * n
+    if len(t) != n:
+        raise ValueError(f"max_pool{n}d: {name} must be an int or {n} ints, got {v!r}")
+    return t
+
+
+def _pool_args(n: int, kernel_size, stride, padding, dilation) -> dict:
+    k = _tuple(kernel_size, n, "kernel_size")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _tuple(stride, n, "stride")
+    p, d = _tuple(padding, n, "padding"), _tuple(dilation, n, "dilation")
+    if any(2 * pi > ki for pi, ki in zip(p, k, strict=True)):
+        raise ValueError(f"max_pool{n}d: padding {p} must be at most half of kernel_size {k}")
+    return {"kernel": k, "stride": s, "padding": p, "dilation": d}
+
+
+def _pool(x, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple, ceil_mode: bool):
+    """PyTorch's max pooling over the last len(kernel) axes (implicit -inf padding): the window elements are
+    strided slices, stacked, and the first maximum is taken (so its gradient goes to that element, as in
+    PyTorch, also for ties and dilated windows)."""
+    lead = x.ndim - len(kernel)
+    pads, outs = [(0, 0)] * lead, []
+    for size, k, s, p, d in zip(x.shape[lead:], kernel, stride, padding, dilation, strict=True):
+        span = d * (k - 1) + 1
+        num = size + 2 * p - span
+        out = (-(-num // s) if ceil_mode else num // s) + 1
+        if ceil_mode and (out - 1) * s >= size + p:
+            out -= 1
+        pads.append((p, max(0, (out - 1) * s + span - size - p)))
+        outs.append(out)
+    low = -np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
+    xp = jnp.pad(x, pads, constant_values=np.array(low, x.dtype))
+    parts = []
+    for offs in itertools.product(*(range(k) for k in kernel)):
+        starts = (0,) * lead + tuple(o * d for o, d in zip(offs, dilation, strict=True))
+        limits = x.shape[:lead] + tuple(st + (n - 1) * s + 1 for st, n, s in
+                                        zip(starts[lead:], outs, stride, strict=True))
+        parts.append(jax.lax.slice(xp, starts, limits, (1,) * lead + stride))
+    stacked = jnp.stack(parts, axis=-1)
+    first = jnp.argmax(stacked, axis=-1, keepdims=True)
+    return jnp.take_along_axis(stacked, first, axis=-1)[..., 0]
+
+
+def _pool_backward(grad, x, **kw):
+    _, vjp = jax.vjp(functools.partial(_pool, **kw), x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+def _max_pool(n: int) -> tuple[Callable, Callable]:
+    def forward(input: torch.Tensor, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002 - F's name
+                ceil_mode: bool = False) -> torch.Tensor:
+        return jax_op(_pool, input, **_pool_args(n, kernel_size, stride, padding, dilation),
+                      ceil_mode=bool(ceil_mode))
+
+    def backward(grad_output: torch.Tensor, input: torch.Tensor, kernel_size, stride=None,  # noqa: A002
+                 padding=0, dilation=1, ceil_mode: bool = False) -> torch.Tensor:
+        return jax_op(_pool_backward, grad_output, input, **_pool_args(n, kernel_size, stride, padding, dilation),
+                      ceil_mode=bool(ceil_mode))
+
+    forward.__name__, backward.__name__ = f"max_pool{n}d", f"max_pool{n}d_backward"
+    forward.__doc__ = f"F.max_pool{n}d (without indices) as one JAX reduce_window; differentiable."
+    backward.__doc__ = f"The gradient of max_pool{n}d's input for `grad_output` (the VJP of the pooling)."
+    return forward, backward
+
+
+max_pool1d, max_pool1d_backward = _max_pool(1)
+max_pool2d, max_pool2d_backward = _max_pool(2)
+max_pool3d, max_pool3d_backward = _max_pool(3)
+
+
+# ---- names without a meaning here --------------------------------------------------------------------------
+
+def _unavailable(name: str, reason: str) -> Callable:
+    def op(*args, **kwargs):
+        raise NotImplementedError(f"torch.tpu.ops.{name} is not available in tputool's bundled backend: {reason}")
+
+    op.__name__ = name
+    op.__doc__ = f"Not available here: {reason}"
+    return op
+
+
+_SPARSECORE = ("it runs on the TPU's SparseCore (the embedding units of v5p/v6e/v7x chips), which has no "
+               "counterpart off TPU; use torch.nn.functional.embedding / embedding_bag or torch.sparse")
+sparse_dense_matmul = _unavailable("sparse_dense_matmul", _SPARSECORE)
+sparse_gather = _unavailable("sparse_gather", _SPARSECORE)
+sparse_iota = _unavailable("sparse_iota", _SPARSECORE)
+sparse_map_row = _unavailable("sparse_map_row", _SPARSECORE)
+_P2P = ("it moves data between processes, and the bundled backend runs one process (world size 1): "
+        "multi-process collectives are not implemented yet")
+send = _unavailable("send", _P2P)
+recv = _unavailable("recv", _P2P)
+ragged_all_to_all = _unavailable("ragged_all_to_all", _P2P)
+_JAGGED = ("TorchTPU's jagged (packed variable-length) layout helpers are not reproduced; pad with "
+           "torch.nn.utils.rnn.pad_sequence and slice instead")
+align_jagged_to_multiple = _unavailable("align_jagged_to_multiple", _JAGGED)
+strip_jagged_padding = _unavailable("strip_jagged_padding", _JAGGED)
