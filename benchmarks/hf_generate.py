@@ -21,6 +21,7 @@ import json, os, sys, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch, transformers
 kind, device, cache, tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+torch.manual_seed(0)  # the same random weights in every process
 common = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256)
 if kind == "llama":
@@ -35,7 +36,6 @@ elif kind == "mixtral":
                                                                         **common))
 else:
     sys.exit(f"unknown model {kind}")
-torch.manual_seed(0)
 model = model.eval().to(device)
 kw = dict(max_new_tokens=tokens, do_sample=False)
 if cache != "default":
