@@ -13,9 +13,10 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, memory, op_plan, rng
+from tputool.backend import asserts, cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
+from tputool.backend.lowerings.checks import run_checked
 from tputool.backend.op_plan import Route, cast_results
 from tputool.backend.runtime import STATE as _state
 
@@ -137,7 +138,7 @@ class LoweredOp:
         general, plans, op, name = _guarded(self), self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
         create, to_torch = _create, _NP_TO_TORCH
-        if not (self._fast_ok and self.single) or self.host_args:
+        if not (self._fast_ok and self.single) or self.host_args or self.checked:
             return _general_kernel(self)
 
         def kernel(*args, **kwargs):
@@ -208,6 +209,8 @@ class LoweredOp:
         self._plans: dict[tuple, _Plan | bool] = {}
         self._fast_ok = type(self) is LoweredOp
         self.host_args = op_plan.plan(op).host_args
+        self.checked = low.checked
+        """The kernel returns (results, check record): an index check for the next sync point (`asserts`)."""
 
     def _prepare(self, vals: list) -> tuple[tuple, list]:
         """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
@@ -275,6 +278,9 @@ class LoweredOp:
                     pos.append(v)
             if rng_key is not None:
                 kw["rng_key"] = rng_key
+            if low.checked:
+                out, record = run_checked(low.fn, *pos, **kw)
+                return (post(out) if post is not None else out), record
             out = low.fn(*pos, **kw)
             return post(out) if post is not None else out
 
@@ -301,6 +307,9 @@ class LoweredOp:
         out = fn(*dyn)
         if fn._cache_size() != n:
             cache.record_compile(self.name)
+        if self.checked:
+            out, record = out
+            asserts.launched(record, self.name)
         if type(out) is tuple:
             for o in out:
                 if o is not None:

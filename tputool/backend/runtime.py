@@ -6,7 +6,8 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   rng_seed / counter  the random stream (`tputool.backend.rng` draws from it);
   trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
   in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
-  mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`).
+  mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`);
+  asserts             device-side index checks waiting for the next sync point (`tputool.backend.asserts`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
 
@@ -51,6 +52,10 @@ class Runtime:
     """The device's own peak_bytes_in_use when the peak was last reset (0: never)."""
     num_ooms: int = 0
     """Out-of-memory errors raised (memory_stats()['num_ooms'])."""
+    asserts: list = field(default_factory=list)
+    """(check records, their (op, file:line) sites) not yet read: raised at the next sync point."""
+    assert_failure: str | None = None
+    """A failed check already read back (the pending list overflowed), raised at the next sync point."""
     bad_fork: bool = False
     """True in a child forked after JAX started, where the device refuses to run (`tputool.backend.fork`);
     `reset()` keeps it."""
@@ -102,3 +107,5 @@ def reset() -> None:
         if a is not None:
             a.block_until_ready()
     STATE.in_flight.clear()
+    STATE.asserts.clear()
+    STATE.assert_failure = None

@@ -38,6 +38,9 @@ class Lowering:
     traced_only: bool = False
     """True for lowerings only the functional executors (Fused recording, compiled graphs, tune) may use: view
     ops as values and copies, which eager mode runs as storage kernels (a tpu view shares its storage)."""
+    checked: bool = False
+    """True when the lowering checks its indices on the device (`checks.require_in_range`): executors trace it
+    inside `checks.collecting()` and carry its check record to the next sync point (`tputool.backend.asserts`)."""
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -52,14 +55,14 @@ def on_change(fn: Callable[[], None]) -> None:
 
 
 def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False,
-             traced_only: bool = False) -> Callable[[Callable], Callable]:
+             traced_only: bool = False, checked: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
 
     def register(fn: Callable) -> Callable:
         for op in ops:
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
-                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only)
+                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only, checked)
         for listener in _listeners:
             listener()
         return fn
