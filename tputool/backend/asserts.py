@@ -36,14 +36,20 @@ def site() -> str:
     return f"{file}:{line}"
 
 
-def launched(record: jax.Array, op: str, where: str | None = None) -> None:
-    """Note the check record of one run of `op`: raise now in Debug mode, else keep it until a sync point."""
+def launched(record: jax.Array, op: str) -> None:
+    """Note the check record of one eager run of `op` (called from the user's line)."""
+    note(record, ((op, site()),))
+
+
+def note(records: jax.Array, sites: Sequence[tuple[str, str]]) -> None:
+    """Note check records (one per (op, file:line) site): raise now in Debug mode, else keep them until a sync
+    point."""
     if STATE.blocking:
-        code, value, dim, size = np.asarray(record).tolist()
-        if code:
-            raise DeviceAssertError(_text(code, value, dim, size, op, where or site(), blocking=True))
+        failure = _first_failure([(records, sites)], blocking=True)
+        if failure is not None:
+            raise DeviceAssertError(failure)
         return
-    pend((record, ((op, where or site()),)))
+    pend((records, sites))
 
 
 def pend(entry: tuple[jax.Array, Sequence[tuple[str, str]]]) -> None:
@@ -67,13 +73,13 @@ def raise_pending() -> None:
         raise DeviceAssertError(failure)
 
 
-def _first_failure(entries: list) -> str | None:
+def _first_failure(entries: list, blocking: bool = False) -> str | None:
     values = jax.device_get([r for r, _ in entries])
     for (_, sites), v in zip(entries, values, strict=True):
         rows = np.asarray(v).reshape(-1, 4)
         for (op, where), (code, value, dim, size) in zip(sites, rows.tolist(), strict=True):
             if code:
-                return _text(code, value, dim, size, op, where)
+                return _text(code, value, dim, size, op, where, blocking)
     return None
 
 
