@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import torch
 
 from tputool.backend.lowerings import Unsupported, lowering
-from tputool.backend.lowerings.checks import BOUNDS, INDEX_COPY, OUT_OF_RANGE, require_in_range
 from tputool.backend.lowerings._util import KIND, cast, promote
+from tputool.backend.lowerings.checks import BOUNDS, INDEX_COPY, OUT_OF_RANGE, require_in_range
 
 aten = torch.ops.aten
 
