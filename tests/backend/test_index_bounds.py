@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 import tputool.backend  # noqa: F401 - registers the device
-from tputool.backend import asserts, events, runtime
+from tputool.backend import asserts, events, fused, runtime
 from tputool.backend.asserts import DeviceAssertError
 
 STRICT, DEBUG, FUSED = (runtime.EagerMode.DEFER_NEVER, runtime.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING,
@@ -42,8 +42,7 @@ SYNCS = {
 def _strict_after(tpu_device):
     yield
     runtime.set_mode(STRICT)
-    runtime.STATE.asserts.clear()
-    runtime.STATE.assert_failure = None
+    runtime.reset()
 
 
 def _example(name: str):
@@ -130,8 +129,8 @@ def test_negative_indices_in_range_and_ignored_targets_are_fine(mode):
 
 def test_checks_read_nothing_back_until_a_sync_point(monkeypatch):
     reads = []
-    real = asserts._first_failure
-    monkeypatch.setattr(asserts, "_first_failure", lambda *a, **k: reads.append(1) or real(*a, **k))
+    real = asserts._strict_failure
+    monkeypatch.setattr(asserts, "_strict_failure", lambda *a, **k: reads.append(1) or real(*a, **k))
     w = torch.randn(10, 2, device="tpu")
     i = torch.tensor([1, 2], device="tpu")
     syncs = events.total("host_sync")
@@ -139,7 +138,26 @@ def test_checks_read_nothing_back_until_a_sync_point(monkeypatch):
         y = F.embedding(i, w)
         y = torch.gather(y, 1, torch.zeros(2, 1, dtype=torch.long, device="tpu"))
     assert reads == [] and events.total("host_sync") == syncs
-    assert len(runtime.STATE.asserts) == 10
+    assert len(runtime.STATE.assert_sites) == 10
+    y.cpu()
+    assert reads == [1] and runtime.STATE.assert_sites == [] and runtime.STATE.assert_acc is None
+
+
+def test_fused_flushes_and_compiled_graphs_read_nothing_back_until_a_sync_point(monkeypatch):
+    reads = []
+    real = asserts._first_failure
+    monkeypatch.setattr(asserts, "_first_failure", lambda *a, **k: reads.append(1) or real(*a, **k))
+    w = torch.randn(10, 2, device="tpu")
+    i = torch.tensor([1, 2], device="tpu")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda w, i: F.embedding(i, w) * 2, backend="tpu")
+    for _ in range(3):  # (Strict mode: one entry per graph call)
+        y = compiled(w, i)
+    runtime.set_mode(FUSED)
+    for _ in range(3):  # (one entry per flush, one site per checked op recorded)
+        y = F.embedding(i, w) + F.embedding(i, w)
+        fused.flush()
+    assert reads == [] and [len(sites) for _, sites in runtime.STATE.asserts] == [1, 1, 1, 2, 2, 2]
     y.cpu()
     assert reads == [1] and runtime.STATE.asserts == []
 
@@ -150,7 +168,7 @@ def test_pending_checks_are_bounded_and_keep_the_first_failure(monkeypatch):
     F.embedding(torch.tensor([11], device="tpu"), w)  # fails first
     for _ in range(9):
         F.embedding(torch.tensor([1], device="tpu"), w)
-    assert len(runtime.STATE.asserts) <= 4
+    assert len(runtime.STATE.assert_sites) <= 4
     with pytest.raises(DeviceAssertError, match="index out of range in self"):
         torch.tpu.synchronize()
     torch.tpu.synchronize()

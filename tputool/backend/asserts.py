@@ -1,13 +1,14 @@
 """CUDA's device-side asserts on tpu: an op's failed index check is raised at the next sync point.
 
-A checked op (`lowerings.checks`) returns a check record next to its results. Strict mode, Fused flushes and
-compiled graphs hand those records to `launched` with the op's name and the user's file:line; nothing is
-read back then. In Debug mode (launch blocking) `launched` reads the record at once and raises at the op's
-call. Otherwise the records wait in `runtime.STATE.asserts` until a sync point (`.item()`, `.cpu()`,
-printing, `torch.tpu.synchronize`, events) calls `raise_pending`, which reads them all in one transfer and
-raises `DeviceAssertError` for the first failure, naming the op and the line that ran it. As with CUDA the
-error comes once: the pending records are cleared when it is raised (CUDA's context stays broken; here the
-next ops run normally, on whatever values the failed op produced).
+A checked op (`lowerings.checks`) computes a check record on the device as part of the op. Strict mode folds it
+into one running record on the device (`STATE.assert_acc`: the first failure since the last sync point and the
+number of its op; the kernel takes and returns it, `launch`), remembering each op's name and user's file:line
+on the host; Fused flushes and compiled graphs return their records and `note` keeps them with their sites.
+Nothing is read back then. In Debug mode (launch blocking) the record is read at once and raised at the op's
+call. Otherwise a sync point (`.item()`, `.cpu()`, printing, `torch.tpu.synchronize`, events) calls
+`raise_pending`, which reads the records and raises `DeviceAssertError` for the first failure, naming the op
+and the line that ran it. As with CUDA the error comes once: the pending records are cleared when it is raised
+(CUDA's context stays broken; here the next ops run normally, on whatever values the failed op produced).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tputool.backend import events
-from tputool.backend.lowerings.checks import message
+from tputool.backend.lowerings.checks import RECORD, message
 from tputool.backend.runtime import STATE
 
 MAX_PENDING = 4096
@@ -36,9 +38,44 @@ def site() -> str:
     return f"{file}:{line}"
 
 
-def launched(record: jax.Array, op: str) -> None:
-    """Note the check record of one eager run of `op` (called from the user's line)."""
-    note(record, ((op, site()),))
+def launch(fn, dyn: list, op: str):
+    """Run a Strict-mode checked kernel `fn(acc, seq, *dyn) -> (results, acc)` of `op`; its results."""
+    sites = STATE.assert_sites
+    acc = STATE.assert_acc
+    if acc is None:
+        acc = _no_failure()
+    out, STATE.assert_acc = fn(acc, len(sites), *dyn)
+    sites.append((op, site()))
+    if STATE.blocking or len(sites) > MAX_PENDING:
+        failure = _strict_failure(STATE.blocking)
+        if failure is not None:
+            if STATE.blocking:
+                raise DeviceAssertError(failure)
+            STATE.assert_failure = STATE.assert_failure or failure
+    return out
+
+
+def _no_failure() -> jax.Array:
+    global _ZERO
+    if _ZERO is None:
+        _ZERO = jnp.zeros((RECORD + 1,), jnp.int64)
+    return _ZERO
+
+
+_ZERO = None
+
+
+def _strict_failure(blocking: bool = False) -> str | None:
+    """Read Strict mode's running record (a host sync) and forget it; the failure's message, or None."""
+    acc, sites = STATE.assert_acc, STATE.assert_sites
+    STATE.assert_acc = None
+    try:
+        if acc is None or not sites:
+            return None
+        code, value, dim, size, seq = np.asarray(acc).tolist()
+        return _text(code, value, dim, size, *sites[seq], blocking) if code else None
+    finally:
+        sites.clear()
 
 
 def note(records: jax.Array, sites: Sequence[tuple[str, str]]) -> None:
@@ -66,7 +103,9 @@ def pend(entry: tuple[jax.Array, Sequence[tuple[str, str]]]) -> None:
 def raise_pending() -> None:
     """Raise the first failed check since the last sync point, if any (called by every sync point)."""
     entries = STATE.asserts
-    failure = STATE.assert_failure or (_first_failure(entries) if entries else None)
+    failure = STATE.assert_failure
+    strict = _strict_failure() if STATE.assert_sites else None
+    failure = failure or strict or (_first_failure(entries) if entries else None)
     entries.clear()
     STATE.assert_failure = None
     if failure is not None:

@@ -16,7 +16,7 @@ import torch
 from tputool.backend import asserts, cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
-from tputool.backend.lowerings.checks import run_checked
+from tputool.backend.lowerings.checks import fold, run_checked
 from tputool.backend.op_plan import Route, cast_results
 from tputool.backend.runtime import STATE as _state
 
@@ -278,12 +278,15 @@ class LoweredOp:
                     pos.append(v)
             if rng_key is not None:
                 kw["rng_key"] = rng_key
-            if low.checked:
-                out, record = run_checked(low.fn, *pos, **kw)
-                return (post(out) if post is not None else out), record
             out = low.fn(*pos, **kw)
             return post(out) if post is not None else out
 
+        if low.checked:  # (acc: the running check record of Strict mode, `asserts.launch`)
+            def checked_kernel(acc, seq, *dyn):
+                out, record = run_checked(kernel, *dyn)
+                return out, fold(acc, record, seq)
+
+            return checked_kernel
         return kernel
 
     def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None, args: tuple | None = None):
@@ -304,12 +307,9 @@ class LoweredOp:
 
     def _launch(self, fn, dyn: list):
         n = fn._cache_size()
-        out = fn(*dyn)
+        out = fn(*dyn) if not self.checked else asserts.launch(fn, dyn, self.name)
         if fn._cache_size() != n:
             cache.record_compile(self.name)
-        if self.checked:
-            out, record = out
-            asserts.launched(record, self.name)
         if type(out) is tuple:
             for o in out:
                 if o is not None:

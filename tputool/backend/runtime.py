@@ -53,7 +53,11 @@ class Runtime:
     num_ooms: int = 0
     """Out-of-memory errors raised (memory_stats()['num_ooms'])."""
     asserts: list = field(default_factory=list)
-    """(check records, their (op, file:line) sites) not yet read: raised at the next sync point."""
+    """(check records, their (op, file:line) sites) of Fused flushes and compiled graphs not yet read."""
+    assert_acc: Any = None
+    """Strict mode's first failed check since the last sync point, on the device (`tputool.backend.asserts`)."""
+    assert_sites: list = field(default_factory=list)
+    """(op, file:line) of each Strict-mode checked op since the last sync point (numbered as in assert_acc)."""
     assert_failure: str | None = None
     """A failed check already read back (the pending list overflowed), raised at the next sync point."""
     bad_fork: bool = False
@@ -108,4 +112,5 @@ def reset() -> None:
             a.block_until_ready()
     STATE.in_flight.clear()
     STATE.asserts.clear()
-    STATE.assert_failure = None
+    STATE.assert_sites.clear()
+    STATE.assert_acc = STATE.assert_failure = None

@@ -49,7 +49,7 @@ def track(a: jax.Array) -> None:
 
 def synchronize() -> None:
     """Wait for every tracked array still alive; raise a device-side assert that failed meanwhile."""
-    if STATE.asserts or STATE.assert_failure:
+    if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
         raise_pending()
     refs = list(_pending)
     _pending.clear()
@@ -210,7 +210,7 @@ def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = 
 def jax_to_cpu(a: jax.Array, reason: str = "cpu", count: bool = True) -> torch.Tensor:
     """A CPU tensor with the values of JAX array `a` (a host sync, counted as one unless not `count`); raises a
     device-side assert that failed since the last sync point (`tputool.backend.asserts`)."""
-    if STATE.asserts or STATE.assert_failure:
+    if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
         raise_pending()
     arr = np.asarray(a)
     if count:

@@ -68,6 +68,11 @@ def combine(records: list) -> jax.Array:
     return out
 
 
+def fold(acc: jax.Array, record: jax.Array, seq) -> jax.Array:
+    """`acc` (a record plus the sequence number of its op) if it holds a failure, else `record` numbered `seq`."""
+    return jnp.where(acc[0] != 0, acc, jnp.concatenate([record, jnp.asarray(seq, jnp.int64).reshape(1)]))
+
+
 def run_checked(fn: Callable, *args, **kwargs) -> tuple:
     """(fn(*args, **kwargs), its combined check record), for an executor tracing a checked lowering."""
     with collecting() as records:
