@@ -13,9 +13,10 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import cache, fallback, memory, op_plan, rng
+from tputool.backend import asserts, cache, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
+from tputool.backend.lowerings.checks import fold, run_checked
 from tputool.backend.op_plan import Route, cast_results, written_tensors
 from tputool.backend.runtime import STATE as _state
 
@@ -137,7 +138,7 @@ class LoweredOp:
         general, plans, op, name = _guarded(self), self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
         create, to_torch = _create, _NP_TO_TORCH
-        if not (self._fast_ok and self.single) or self.host_args:
+        if not (self._fast_ok and self.single) or self.host_args or self.checked:
             return _general_kernel(self)
 
         def kernel(*args, **kwargs):
@@ -211,6 +212,8 @@ class LoweredOp:
         self._plans: dict[tuple, _Plan | bool] = {}
         self._fast_ok = type(self) is LoweredOp
         self.host_args = op_plan.plan(op).host_args
+        self.checked = low.checked
+        """The kernel returns (results, check record): an index check for the next sync point (`asserts`)."""
 
     def _prepare(self, vals: list) -> tuple[tuple, list]:
         """(cache key, dynamic values) for the functional arguments (the per-call hot loop).
@@ -281,6 +284,12 @@ class LoweredOp:
             out = low.fn(*pos, **kw)
             return post(out) if post is not None else out
 
+        if low.checked:  # (acc: the running check record of Strict mode, `asserts.launch`)
+            def checked_kernel(acc, seq, *dyn):
+                out, record = run_checked(kernel, *dyn)
+                return out, fold(acc, record, seq)
+
+            return checked_kernel
         return kernel
 
     def _run(self, vals: list, extra_key: tuple = (), post: Callable | None = None, args: tuple | None = None):
@@ -301,7 +310,7 @@ class LoweredOp:
 
     def _launch(self, fn, dyn: list):
         n = fn._cache_size()
-        out = fn(*dyn)
+        out = fn(*dyn) if not self.checked else asserts.launch(fn, dyn, self.name)
         if fn._cache_size() != n:
             cache.record_compile(self.name)
         if type(out) is tuple:

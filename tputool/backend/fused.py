@@ -30,9 +30,10 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import cache, events, memory, op_plan, rng, runtime
+from tputool.backend import asserts, cache, events, memory, op_plan, rng, runtime
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import on_change as _on_lowerings_change
+from tputool.backend.lowerings.checks import run_checked
 from tputool.backend.view_geometry import GEOMETRY
 
 aten = torch.ops.aten
@@ -134,6 +135,7 @@ class Trace:
         self.storages: list[weakref.ref] = []
         self._node_shapes: list = []
         self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
+        self.checks: list[tuple[int, str, str]] = []  # (node, op, user's file:line) of each checked op recorded
 
     def _pause_gc(self) -> None:
         # While a trace records, the cyclic collector only moves its nodes and pending values (which die
@@ -151,11 +153,13 @@ class Trace:
 
     def mark(self) -> tuple:
         """The trace's current length, for `rollback`."""
-        return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo), self.step)
+        return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo), self.step,
+                len(self.checks))
 
     def rollback(self, mark: tuple) -> None:
         """Forget what was recorded since `mark` (a failed recording), restoring the storages it wrote."""
-        n, e, lz, st, undo, self.step = mark
+        n, e, lz, st, undo, self.step, nc = mark
+        del self.checks[nc:]
         for storage, before in reversed(self.undo[undo:]):
             storage._tpu = before
         for v in self.ext[e:]:
@@ -280,9 +284,10 @@ class Trace:
         donate = _donatable(self.ext)
         key = (outs, donate)
         fn = self.step.compiled.get(key)
+        checks = self.checks
         if fn is None:  # (the trie step, the outputs and the donated inputs determine the computation)
             fn = self.step.compiled[key] = cache.put(("fused", self.step, key), jax.jit(
-                _runner(list(self.nodes), outs), donate_argnums=donate))
+                _runner(list(self.nodes), outs, frozenset(c[0] for c in checks)), donate_argnums=donate))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
             try:
@@ -290,6 +295,9 @@ class Trace:
             except jax.errors.JaxRuntimeError as e:  # (e.g. out of memory: it would fail again if kept)
                 self._lose(f"{str(e).splitlines()[0]}")
                 raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
+        if checks:  # (the checked nodes' records come last: read at the next sync point)
+            asserts.pend((results[-1], tuple((op, where) for _, op, where in checks)))
+            results = results[:-1]
         track = tt.track  # (torch.tpu.synchronize waits for what is in flight)
         for lz, r in zip(live, results, strict=True):
             lz.value = r
@@ -378,9 +386,12 @@ def _resolve(a: Any, kind: tuple, get: Callable) -> Any:
     return a
 
 
-def _runner(nodes: list, outs: tuple) -> Callable:
+def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset()) -> Callable:
+    """The fused computation: every node in order, returning the `outs` values, then (when some nodes are
+    `checked`) their check records stacked in node order."""
     def run(*ext):
         vals: list = []
+        records: list = []
 
         def get(ref):
             if ref[0] == "x":
@@ -388,11 +399,17 @@ def _runner(nodes: list, outs: tuple) -> Callable:
             v = vals[ref[1]]
             return v if ref[2] is None else v[ref[2]]
 
-        for fn, args, kinds, kwargs, kw_kinds in nodes:
+        for j, (fn, args, kinds, kwargs, kw_kinds) in enumerate(nodes):
             a = [_resolve(x, k, get) for x, k in zip(args, kinds, strict=True)]
             kw = {n: _resolve(v, kw_kinds[n], get) for n, v in kwargs.items()}
-            vals.append(fn(*a, **kw))
-        return tuple(vals[n] if i is None else vals[n][i] for n, i in outs)
+            if j in checked:
+                out, record = run_checked(fn, *a, **kw)
+                vals.append(out)
+                records.append(record)
+            else:
+                vals.append(fn(*a, **kw))
+        results = tuple(vals[n] if i is None else vals[n][i] for n, i in outs)
+        return results + (jax.numpy.stack(records),) if records else results
 
     return run
 
@@ -703,6 +720,8 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     if low.needs_rng:
         kw = {**kw, "rng_words": TRACE._ext(rng.next_words())}
         kw_kinds = {**kw_kinds, "rng_words": KIND_D}
+    if low.checked:  # (the node about to be recorded; rolled back with it if recording fails)
+        TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))
     if not written:
         outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
         res = [None if o is None else _new_tensor(o) for o in outs]

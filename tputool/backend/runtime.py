@@ -7,7 +7,8 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   trace               the pending Fused trace, once the fused engine is loaded (`tputool.backend.fused`);
   in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
   mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`);
-  compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options.
+  compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options;
+  asserts             device-side index checks waiting for the next sync point (`tputool.backend.asserts`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
 
@@ -52,6 +53,14 @@ class Runtime:
     """The device's own peak_bytes_in_use when the peak was last reset (0: never)."""
     num_ooms: int = 0
     """Out-of-memory errors raised (memory_stats()['num_ooms'])."""
+    asserts: list = field(default_factory=list)
+    """(check records, their (op, file:line) sites) of Fused flushes and compiled graphs not yet read."""
+    assert_acc: Any = None
+    """Strict mode's first failed check since the last sync point, on the device (`tputool.backend.asserts`)."""
+    assert_sites: list = field(default_factory=list)
+    """(op, file:line) of each Strict-mode checked op since the last sync point (numbered as in assert_acc)."""
+    assert_failure: str | None = None
+    """A failed check already read back (the pending list overflowed), raised at the next sync point."""
     bad_fork: bool = False
     """True in a child forked after JAX started, where the device refuses to run (`tputool.backend.fork`);
     `reset()` keeps it."""
@@ -106,3 +115,6 @@ def reset() -> None:
         if a is not None:
             a.block_until_ready()
     STATE.in_flight.clear()
+    STATE.asserts.clear()
+    STATE.assert_sites.clear()
+    STATE.assert_acc = STATE.assert_failure = None

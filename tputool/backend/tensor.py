@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from tputool.backend import dtypes, events, memory, views
+from tputool.backend.asserts import raise_pending
 from tputool.backend.runtime import STATE
 
 _create = torch._C._acc.create_empty_tensor
@@ -47,7 +48,9 @@ def track(a: jax.Array) -> None:
 
 
 def synchronize() -> None:
-    """Wait for every tracked array still alive."""
+    """Wait for every tracked array still alive; raise a device-side assert that failed meanwhile."""
+    if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
+        raise_pending()
     refs = list(_pending)
     _pending.clear()
     for r in refs:
@@ -209,7 +212,10 @@ def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = 
 
 
 def jax_to_cpu(a: jax.Array, reason: str = "cpu", count: bool = True) -> torch.Tensor:
-    """A CPU tensor with the values of JAX array `a` (a host sync, counted as one unless not `count`)."""
+    """A CPU tensor with the values of JAX array `a` (a host sync, counted as one unless not `count`); raises a
+    device-side assert that failed since the last sync point (`tputool.backend.asserts`)."""
+    if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
+        raise_pending()
     arr = np.asarray(a)
     if count:
         events.record("host_sync", reason)

@@ -72,7 +72,7 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
 
         persistent_cache.enable()
         name = f"graph{next(_graph_ids)}.{kind}"
-        graph = jaxify(gm, example_inputs, name=name)
+        graph = jaxify(gm, example_inputs, name=name, device_checks=True)
         graph.key_from = boundary.key_from_words
         dev = boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm)
         return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,9 @@ import jax
 import torch
 from torch import fx
 
-from tputool.backend import events, runtime
+from tputool.backend import asserts, events, runtime
 from tputool.backend.lowerings import Lowering
+from tputool.backend.lowerings.checks import run_checked
 
 SIZE_OPS: dict[Any, Callable] = {
     torch.ops.aten.sym_size.int: lambda x, d: x.shape[d],
@@ -101,12 +103,29 @@ def mutated_inputs(gm: fx.GraphModule) -> list[int]:
     return targets
 
 
+def check_sites(gm: fx.GraphModule, table: Mapping) -> tuple[tuple[str, str], ...]:
+    """(op, user's file:line) of each node whose lowering checks its indices on the device, in graph order."""
+    return tuple((str(n.target), _node_site(n)) for n in gm.graph.nodes
+                 if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target in table
+                 and table[n.target].checked)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _node_site(node: fx.Node) -> str:
+    """The user's file:line that made `node` (the innermost frame of its recorded stack trace)."""
+    found = _FRAME.findall(node.meta.get("stack_trace") or "")
+    return f"{found[-1][0]}:{found[-1][1]}" if found else f"<graph node {node.name}>"
+
+
 def interpret(gm: fx.GraphModule, table: Mapping, constants: dict[str, Any],
-              input_mutations: bool = False) -> Callable[..., tuple]:
+              input_mutations: bool = False, checks: bool = False) -> Callable[..., tuple]:
     """A Python function (rng_key, *inputs) -> tuple of outputs that evaluates `gm` with `table`'s lowerings.
 
     With `input_mutations`, `aten.copy_` into a placeholder is not an error: the copied values of the
     `mutated_inputs(gm)` placeholders are returned after the graph's outputs, for the caller to write back.
+    With `checks`, the check records of the checked nodes (`check_sites`), stacked, come last (when there are any).
     """
     nodes = list(gm.graph.nodes)
     places = [n for n in nodes if n.op == "placeholder"]
@@ -114,6 +133,7 @@ def interpret(gm: fx.GraphModule, table: Mapping, constants: dict[str, Any],
 
     def run(rng_key: jax.Array | None, *inputs: Any) -> tuple:
         env: dict[fx.Node, Any] = {}
+        records: list = []
         it = iter(inputs)
         key = rng_key
 
@@ -142,11 +162,16 @@ def interpret(gm: fx.GraphModule, table: Mapping, constants: dict[str, Any],
                     if low.needs_rng:
                         key, sub = jax.random.split(key)
                         kwargs = {**kwargs, "rng_key": sub}
-                    env[node] = low.fn(*args, **kwargs)
+                    if checks and low.checked:
+                        env[node], record = run_checked(low.fn, *args, **kwargs)
+                        records.append(record)
+                    else:
+                        env[node] = low.fn(*args, **kwargs)
             elif node.op == "output":
                 out = value(node.args[0])
                 out = tuple(out) if isinstance(out, (list, tuple)) else (out,)
-                return out + tuple(env[p] for p in mutated)
+                out = out + tuple(env[p] for p in mutated)
+                return out + (jax.numpy.stack(records),) if records else out
             else:
                 raise NotImplementedError(f"tpu graph: FX node kind '{node.op}' ({node.target}) is not supported")
         raise ValueError("graph has no output node")
@@ -176,6 +201,9 @@ class JaxGraph:
     mutated: tuple[int, ...] = ()
     """Inputs the graph overwrites; their new values follow the outputs (callers write them back)."""
     _donating: Callable | None = None
+    check_sites: tuple[tuple[str, str], ...] = ()
+    """(op, user's file:line) of each checked node: the function returns their records last; `__call__` hands them
+    to `tputool.backend.asserts` (raised at the next sync point) and returns the other outputs."""
     donated_calls: int = 0
     """How many calls reused the mutated inputs' buffers."""
 
@@ -221,6 +249,9 @@ class JaxGraph:
         if self._has_static_out:
             for i, v in self._static_out[sig].items():
                 outs = outs[:i] + (v,) + outs[i + 1 :]
+        if self.check_sites:
+            asserts.note(outs[-1], self.check_sites)
+            outs = outs[:-1]
         return outs
 
 
@@ -231,12 +262,15 @@ def jaxify(
     name: str = "graph",
     table: Mapping | None = None,
     to_jax: Callable[[torch.Tensor], jax.Array] | None = None,
+    device_checks: bool = False,
 ) -> JaxGraph:
     """Lower ATen graph `gm` to a `JaxGraph`; raises MissingLoweringError naming every op without a lowering.
 
     `example_inputs` (real, fake or symbolic) mark which placeholders are sizes (static arguments);
     without them, placeholders whose FX meta value is not a tensor are taken as sizes. `to_jax` converts
     tensor constants (get_attr); by default CPU tensors go through numpy and `tpu` tensors through the backend.
+    `device_checks`: checked ops' index checks run on the device and fail at the next sync point
+    (`tputool.backend.asserts`), as CUDA's device-side asserts do.
     """
     table = default_table() if table is None else table
     missing = missing_lowerings(gm, table, input_mutations=True)
@@ -260,8 +294,9 @@ def jaxify(
         for n in gm.graph.nodes
         if n.op == "call_function" and n.target in table
     )
-    return JaxGraph(name=name, fn=interpret(gm, table, constants, input_mutations=True), uses_rng=uses_rng,
-                    static_positions=static, mutated=tuple(mutated_inputs(gm)))
+    sites = check_sites(gm, table) if device_checks else ()
+    return JaxGraph(name=name, fn=interpret(gm, table, constants, input_mutations=True, checks=bool(sites)),
+                    uses_rng=uses_rng, static_positions=static, mutated=tuple(mutated_inputs(gm)), check_sites=sites)
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:

@@ -42,6 +42,9 @@ class Lowering:
     dynamic_floats: bool = False
     """True when the op's `float` arguments (e.g. a fused optimizer's lr) are traced values like its Scalars
     rather than static ones, so that a new value reuses the compiled kernel."""
+    checked: bool = False
+    """True when the lowering checks its indices on the device (`checks.require_in_range`): executors trace it
+    inside `checks.collecting()` and carry its check record to the next sync point (`tputool.backend.asserts`)."""
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -56,14 +59,14 @@ def on_change(fn: Callable[[], None]) -> None:
 
 
 def lowering(*ops, needs_rng: bool = False, static_scalars: bool = False, traced_only: bool = False,
-             dynamic_floats: bool = False) -> Callable[[Callable], Callable]:
+             dynamic_floats: bool = False, checked: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register `fn` as the lowering of each OpOverload (or every overload of an OpOverloadPacket)."""
 
     def register(fn: Callable) -> Callable:
         for op in ops:
             overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
             for ov in overloads:
-                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only, dynamic_floats)
+                LOWERINGS[ov] = Lowering(fn, needs_rng, static_scalars, traced_only, dynamic_floats, checked)
         for listener in _listeners:
             listener()
         return fn

@@ -9,6 +9,7 @@ import torch
 
 from tputool.backend.lowerings import Unsupported, lowering
 from tputool.backend.lowerings._util import KIND, cast, promote
+from tputool.backend.lowerings.checks import BOUNDS, INDEX_COPY, OUT_OF_RANGE, require_in_range
 
 aten = torch.ops.aten
 
@@ -43,19 +44,36 @@ def _indices(self, indices):
     return tuple(out)
 
 
+def _check_indices(self, indices) -> None:
+    """Advanced indices lie in [-size, size) of the dimension each one indexes."""
+    for k, i in enumerate(indices):
+        if i is not None and i.dtype != jnp.bool_ and i.dtype != jnp.uint8:
+            require_in_range(i, -self.shape[k], self.shape[k], BOUNDS, k)
+
+
 def _has_mask(indices) -> bool:
     return any(i is not None and (i.dtype == jnp.bool_ or i.dtype == jnp.uint8) for i in indices)
 
 
-@lowering(aten.index.Tensor)
+@lowering(aten.index.Tensor, checked=True)
 def index(self, indices):
+    _check_indices(self, indices)
+    return _index(self, indices)
+
+
+def _index(self, indices):
     if _has_mask(indices):
         raise Unsupported("index with a boolean mask: data-dependent shape")
     return self[_indices(self, indices)]
 
 
-@lowering(aten.index_put.default)
+@lowering(aten.index_put.default, checked=True)
 def index_put(self, indices, values, accumulate=False):
+    _check_indices(self, indices)
+    return _index_put(self, indices, values, accumulate)
+
+
+def _index_put(self, indices, values, accumulate=False):
     if (_has_mask(indices) and len(indices) == 1 and not accumulate and values.size == 1
             and indices[0].shape == self.shape[: indices[0].ndim]):
         m = indices[0].astype(bool).reshape(indices[0].shape + (1,) * (self.ndim - indices[0].ndim))
@@ -79,36 +97,39 @@ def _mask_index(self, indices):
     raise Unsupported("index_put with a boolean mask: data-dependent positions")
 
 
-@lowering(aten._index_put_impl.default)
+@lowering(aten._index_put_impl.default, checked=True)
 def index_put_impl(self, indices, values, accumulate=False, unsafe=False):
     return index_put(self, indices, values, accumulate)
 
 
 @lowering(aten._unsafe_index.Tensor)
 def unsafe_index(self, indices):
-    return index(self, indices)
+    return _index(self, indices)
 
 
 @lowering(aten._unsafe_index_put.default)
 def unsafe_index_put(self, indices, values, accumulate=False):
-    return index_put(self, indices, values, accumulate)
+    return _index_put(self, indices, values, accumulate)
 
 
-@lowering(aten.index_select.default)
+@lowering(aten.index_select.default, checked=True)
 def index_select(self, dim, index):
     if self.ndim == 0:
+        require_in_range(index, 0, 1, OUT_OF_RANGE)
         return self
+    require_in_range(index, 0, self.shape[dim], OUT_OF_RANGE)
     return jnp.take(self, index.reshape(-1), axis=dim)
 
 
-@lowering(aten.gather.default)
+@lowering(aten.gather.default, checked=True)
 def gather(self, dim, index, *, sparse_grad=False):
     if index.size == 0:
         return jnp.zeros(index.shape, self.dtype)
+    d = dim % max(self.ndim, 1)
+    require_in_range(index, 0, self.shape[d] if self.ndim else 1, BOUNDS, d)
     if self.ndim == 0 or index.ndim == 0:
         return self.reshape(-1)[index.reshape(-1)].reshape(index.shape) if index.ndim == 0 else \
             jnp.broadcast_to(self, index.shape)
-    d = dim % self.ndim
     idx = [jnp.broadcast_to(jnp.arange(s).reshape([-1 if j == k else 1 for j in range(index.ndim)]), index.shape)
            for k, s in enumerate(index.shape)]
     idx[d] = index
@@ -119,6 +140,7 @@ def _scatter_index(self, dim, index):
     if index.size == 0:
         raise _Empty
     d = dim % max(self.ndim, 1)
+    require_in_range(index, 0, self.shape[d] if self.ndim else 1, BOUNDS, d)
     idx = [jnp.broadcast_to(jnp.arange(s).reshape([-1 if j == k else 1 for j in range(index.ndim)]), index.shape)
            for k, s in enumerate(index.shape)]
     idx[d] = index
@@ -146,7 +168,7 @@ def _src_block(src, index):
     return src[tuple(slice(0, s) for s in index.shape)]
 
 
-@lowering(aten.scatter.src, aten.scatter.value)
+@lowering(aten.scatter.src, aten.scatter.value, checked=True)
 @_empty_ok
 def scatter(self, dim, index, src):
     if self.ndim == 0:
@@ -154,7 +176,7 @@ def scatter(self, dim, index, src):
     return self.at[_scatter_index(self, dim, index)].set(cast(_src_block(src, index), self.dtype))
 
 
-@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce, checked=True)
 @_empty_ok
 def scatter_reduce_legacy(self, dim, index, src, *, reduce):
     idx = _scatter_index(self, dim, index)
@@ -162,7 +184,7 @@ def scatter_reduce_legacy(self, dim, index, src, *, reduce):
     return _add_at(self, idx, v) if reduce == "add" else _mul_at(self, idx, v)
 
 
-@lowering(aten.scatter_add.default)
+@lowering(aten.scatter_add.default, checked=True)
 @_empty_ok
 def scatter_add(self, dim, index, src):
     if self.ndim == 0:
@@ -170,7 +192,7 @@ def scatter_add(self, dim, index, src):
     return _add_at(self, _scatter_index(self, dim, index), _src_block(src, index).astype(self.dtype))
 
 
-@lowering(aten.scatter_reduce.two)
+@lowering(aten.scatter_reduce.two, checked=True)
 @_empty_ok
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     idx = _scatter_index(self, dim, index)
@@ -201,9 +223,10 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     raise NotImplementedError(f"scatter_reduce with reduce={reduce!r}")
 
 
-@lowering(aten.index_add.default)
+@lowering(aten.index_add.default, checked=True)
 def index_add(self, dim, index, source, *, alpha=1):
     d = dim % max(self.ndim, 1)
+    require_in_range(index, 0, self.shape[d] if self.ndim else 1, BOUNDS, d)
     if self.ndim == 0:
         return self + source.reshape(()) * alpha
     src = source if isinstance(alpha, int | float) and alpha == 1 else source * alpha
@@ -212,8 +235,10 @@ def index_add(self, dim, index, source, *, alpha=1):
     return _add_at(self, tuple(idx), src.astype(self.dtype))
 
 
-@lowering(aten.index_copy.default)
+@lowering(aten.index_copy.default, checked=True)
 def index_copy(self, dim, index, source):
+    d = dim % max(self.ndim, 1)
+    require_in_range(index, 0, self.shape[d] if self.ndim else 1, INDEX_COPY, d)
     if self.ndim == 0:
         return source.reshape(()).astype(self.dtype)
     idx = [slice(None)] * self.ndim
@@ -221,8 +246,11 @@ def index_copy(self, dim, index, source):
     return self.at[tuple(idx)].set(source.astype(self.dtype))
 
 
-@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checked=True)
 def index_fill(self, dim, index, value):
+    d = dim % max(self.ndim, 1)
+    size = self.shape[d] if self.ndim else 1
+    require_in_range(index, -size, size, BOUNDS, d)
     if self.ndim == 0:
         return jnp.asarray(value, self.dtype).reshape(())
     idx = [slice(None)] * self.ndim
@@ -345,8 +373,9 @@ def topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     return jax.lax.slice_in_dim(vals, 0, k, axis=d), jax.lax.slice_in_dim(idx, 0, k, axis=d)
 
 
-@lowering(aten.embedding.default)
+@lowering(aten.embedding.default, checked=True)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    require_in_range(indices, 0, weight.shape[0], OUT_OF_RANGE)
     return jnp.take(weight, indices, axis=0)
 
 

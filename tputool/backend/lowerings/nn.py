@@ -1,5 +1,5 @@
 """Neural-network lowerings: convolution (+ backward), layer norm (+ backward), average pooling, 2-d max
-pooling with indices (+ backward).
+pooling with indices (+ backward), negative log likelihood (its targets checked on the device).
 
 Backwards are the JAX VJPs of the forward lowerings (max pooling's scatters the gradient to the saved
 indices). Batch norm, dropout, other max poolings, losses and interpolation come from PyTorch's decompositions.
@@ -15,6 +15,7 @@ import torch
 from jax import lax
 
 from tputool.backend.lowerings import lowering
+from tputool.backend.lowerings.checks import TARGET, require_in_range
 
 aten = torch.ops.aten
 
@@ -297,3 +298,21 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
 def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
     return _upsample_vjp(lambda x: _linear_axis(x, 2, output_size[0], align_corners, scales), grad_output,
                          input_size)
+
+
+@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, checked=True)
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    cd = 1 if self.ndim >= 2 else 0
+    n_classes = self.shape[cd]
+    keep = target != ignore_index
+    require_in_range(jnp.where(keep, target, 0), 0, n_classes, TARGET)
+    safe = jnp.expand_dims(jnp.where(keep, target, 0), cd)
+    picked = jnp.squeeze(jnp.take_along_axis(self, safe, axis=cd), cd)
+    acc = _acc(self.dtype)
+    w = jnp.where(keep, 1 if weight is None else weight[jnp.squeeze(safe, cd)], 0).astype(acc)
+    losses = -picked.astype(acc) * w
+    if reduction == 0 and self.ndim >= 2:  # 'none'
+        return losses.astype(self.dtype), jnp.zeros((), self.dtype)
+    total = jnp.sum(w)
+    out = losses if reduction == 0 else (jnp.sum(losses) if reduction == 2 else jnp.sum(losses) / total)
+    return out.astype(self.dtype), total.astype(self.dtype)
