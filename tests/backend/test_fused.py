@@ -264,3 +264,19 @@ def test_a_failing_flush_resumes_the_cyclic_gc(fused, tpu_device: str, monkeypat
     monkeypatch.undo()
     fused.TRACE.reset()
     del y
+
+
+def test_printing_a_pending_fused_tensor_shows_its_values():
+    # Tensor printing disables dispatch modes, so the pending value must be forced before formatting.
+    import torch
+
+    from tputool.backend import runtime
+
+    runtime.set_mode(runtime.EagerMode.DEFER_AND_FUSE)
+    try:
+        x = torch.ones(3, device="tpu") * 2
+        y = x.view(3, 1)[1:] + 1
+        assert repr(x) == "tensor([2., 2., 2.], device='tpu:0')"
+        assert "[[3.],\n        [3.]]" in repr(y)
+    finally:
+        runtime.set_mode(runtime.EagerMode.DEFER_NEVER)

@@ -71,8 +71,6 @@ def test_debug_mode_raises_at_the_op(name):
 @pytest.mark.parametrize("mode", [STRICT, FUSED], ids=["strict", "fused"])
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_strict_and_fused_raise_at_the_next_sync_point(name, mode, sync):
-    if mode is FUSED and sync == "print":
-        pytest.xfail("printing a Fused-mode tensor fails before this change too ('tpu tensor without tpu data')")
     fn, args, msg, op, where = _example(name)
     runtime.set_mode(mode)
     y = fn(*args)  # (no error yet: the check is computed on the device)

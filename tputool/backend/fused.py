@@ -789,10 +789,30 @@ def flush(reason: str = "explicit") -> None:
     TRACE.flush(reason)
 
 
+def _install_print_materialize() -> None:
+    """Printing a tensor runs its formatting ops with dispatch modes disabled (`torch._tensor_str._str`), so a
+    pending Fused value would reach the Strict kernels unforced: force it first (installed once)."""
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str
+    if getattr(original, "_tputool", False):
+        return
+
+    def _str(self, *, tensor_contents=None):
+        if _mode is not None and self.device.type == "tpu":
+            materialize(self, "print")
+        return original(self, tensor_contents=tensor_contents)
+
+    _str._tputool = True
+    _str.__wrapped__ = original
+    tensor_str._str = _str
+
+
 def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
     global _mode
     fused = runtime.EagerMode.DEFER_AND_FUSE
     if new is fused and _mode is None:
+        _install_print_materialize()
         _mode = FuseMode()
         _push_mode(_mode)
     elif new is not fused and _mode is not None:
