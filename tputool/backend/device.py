@@ -64,12 +64,13 @@ def register(freeze_gc: bool = False) -> bool:
 
     tpu_api.install(tpu_module)  # torch.tpu.pallas, .ops, .optimizers, ... (also as modules torch.tpu.<name>)
     _register_kernels()
-    from tputool.backend import hf_generate, module_ties, serialization
+    from tputool.backend import hf_generate, module_ties, serialization, storages
 
     module_ties.install()
     hf_generate.install()
     serialization.install()
     serialization.install_pin_memory()
+    storages.install()
     _registered = True
     # Graph mode: the Dynamo backend "tpu" (also the default for tpu inputs), the XLA disk cache and
     # the torch.distributed backends "tpu"/"tpu_dist".

@@ -93,5 +93,8 @@ def _load_families() -> None:
         reduction,
     )
 
+    if torch.distributed.is_available():
+        from tputool.backend.lowerings import collectives  # noqa: F401
+
 
 _load_families()
