@@ -209,3 +209,23 @@ def test_compiled_functional_collectives_lower_on_one_rank(tpu_device: str) -> N
     torch.testing.assert_close(eager, cpu_eager)
     torch.testing.assert_close(compiled, cpu_eager)
     assert events.total("fallback") == fallbacks
+
+
+def test_the_device_a_process_selects_holds_its_tensors_in_a_multi_process_run(tpu_device: str, monkeypatch) -> None:
+    """torchrun scripts call torch.tpu.set_device(local_rank) and DDP(device_ids=[local_rank]): with JAX's
+    distributed runtime up (several processes), tpu:<that index> is the process's own device."""
+    import jax
+
+    from tputool.backend import device
+
+    monkeypatch.setattr(torch.tpu, "device_count", lambda: 2)
+    monkeypatch.setattr(device, "device_count", lambda: 2)
+    torch.tpu.set_device(1)
+    try:
+        with pytest.raises(RuntimeError, match="live on tpu:0"):  # one process: tpu:1 is another device
+            torch.ones(2).to("tpu:1")
+        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        x = torch.arange(3.0).to("tpu:1") + torch.empty(3, device=torch.device("tpu", 1)).fill_(1)
+        torch.testing.assert_close(x.cpu(), torch.arange(3.0) + 1)
+    finally:
+        torch.tpu.set_device(0)

@@ -24,7 +24,7 @@ _OOM_MARKS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
 
 
 def _device() -> jax.Device:
-    return jax.devices()[0]  # (eager tpu tensors live on tpu:0)
+    return jax.local_devices()[0]  # (eager tpu tensors live on tpu:0, this process's first device)
 
 
 def _device_stats() -> dict | None:

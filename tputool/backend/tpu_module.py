@@ -76,6 +76,13 @@ def set_device(device) -> None:
     _current = i
 
 
+def is_own_device(index: int) -> bool:
+    """True when tpu:`index` is where this process's eager tensors live: index 0, or, in a multi-process run
+    (JAX's distributed runtime: several processes), the device chosen with set_device (a script run by torchrun
+    calls `torch.tpu.set_device(local_rank)` and `DDP(device_ids=[local_rank])`; each process has one device)."""
+    return index == 0 or (index == _current and jax.process_count() > 1)
+
+
 class device:  # noqa: N801 - torch.cuda.device's name
     """Context manager that changes the current tpu device."""
 
