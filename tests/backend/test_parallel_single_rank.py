@@ -229,3 +229,20 @@ def test_the_device_a_process_selects_holds_its_tensors_in_a_multi_process_run(t
         torch.testing.assert_close(x.cpu(), torch.arange(3.0) + 1)
     finally:
         torch.tpu.set_device(0)
+
+
+def test_compiled_graph_splits_around_collectives_of_several_ranks(tpu_device: str, monkeypatch) -> None:
+    """Collectives over more than one rank cannot run inside one computation: the graph is cut around each, which
+    runs through the process group (here a one-rank group standing in for a bigger one)."""
+    from tputool.backend.graph import collectives
+
+    cpu_eager, _ = _compiled_collectives("cpu")
+    made = []
+    split_compile = collectives.split_compile
+    monkeypatch.setattr(collectives, "_size_of", lambda node: 2)
+    monkeypatch.setattr(collectives, "split_compile", lambda *a: made.append(split_compile(*a)) or made[-1])
+    _, compiled = _compiled_collectives(tpu_device)
+    torch.testing.assert_close(compiled, cpu_eager)
+    assert len(made) == 1
+    kinds = made[0].kinds()
+    assert kinds.count("collective") == 5 and kinds[0] == kinds[-1] == "compiled", kinds

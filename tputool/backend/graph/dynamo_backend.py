@@ -67,17 +67,26 @@ class CompiledGraph:
 def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
     """An AOTAutograd compiler for `kind` ("forward", "backward", "inference") that lowers to one jax.jit."""
 
-    def compiler(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+    def compiler(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[[list], list]:
         from tputool.backend.graph import persistent_cache
 
         persistent_cache.enable()
-        name = f"graph{next(_graph_ids)}.{kind}"
-        graph = jaxify(gm, example_inputs, name=name, device_checks=True)
-        graph.key_from = boundary.key_from_words
         dev = boundary.device_type_of(example_inputs) if example_inputs else _device_of(gm)
-        return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))
+        if torch.distributed.is_available():
+            from tputool.backend.graph import collectives
+
+            if collectives.needs_split(gm):  # (collectives over several ranks run through the process group)
+                return collectives.split_compile(gm, lambda piece: _compile(piece, None, kind, dev))
+        return _compile(gm, example_inputs, kind, dev)
 
     return compiler
+
+
+def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any] | None, kind: str, dev: str) -> CompiledGraph:
+    """`gm` lowered by jaxify to one computation, as a boxed callable whose outputs live on `dev`'s type."""
+    graph = jaxify(gm, example_inputs, name=f"graph{next(_graph_ids)}.{kind}", device_checks=True)
+    graph.key_from = boundary.key_from_words
+    return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))
 
 
 def _device_of(gm: fx.GraphModule) -> str:
