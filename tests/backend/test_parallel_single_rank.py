@@ -246,3 +246,21 @@ def test_compiled_graph_splits_around_collectives_of_several_ranks(tpu_device: s
     assert len(made) == 1
     kinds = made[0].kinds()
     assert kinds.count("collective") == 5 and kinds[0] == kinds[-1] == "compiled", kinds
+
+
+def test_copies_on_a_side_stream_as_ddp_makes_them(tpu_device: str) -> None:
+    """DDP(device_ids=[i]) copies inputs on a side stream and marks them with record_stream (one in-order
+    stream on tpu: nothing to do, and no CPU fallback)."""
+    from torch.nn.parallel._functions import _get_stream
+
+    from tputool.backend import events
+
+    fallbacks = events.total("fallback")
+    stream = _get_stream(torch.device(tpu_device, 0))
+    with stream:
+        out = torch.arange(3.0).to(tpu_device)
+    torch.accelerator.current_stream().wait_stream(stream)
+    out.record_stream(torch.accelerator.current_stream())
+    torch.tpu.current_stream().wait_stream(torch.tpu.Stream())
+    torch.testing.assert_close(out.cpu(), torch.arange(3.0))
+    assert events.total("fallback") == fallbacks

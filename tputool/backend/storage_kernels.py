@@ -76,6 +76,11 @@ def resize_(self, size, memory_format=None):
     return self
 
 
+@_kernel(aten.record_stream.default)
+def record_stream(self, s):
+    """Nothing to record: tpu work runs in order on one stream, and a buffer lives while a tensor holds it."""
+
+
 # ---- copies -----------------------------------------------------------------------------------------
 
 @functools.cache
