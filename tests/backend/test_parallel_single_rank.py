@@ -212,40 +212,22 @@ def test_compiled_functional_collectives_lower_on_one_rank(tpu_device: str) -> N
 
 
 def test_the_device_a_process_selects_holds_its_tensors_in_a_multi_process_run(tpu_device: str, monkeypatch) -> None:
-    """torchrun scripts call torch.tpu.set_device(local_rank) and DDP(device_ids=[local_rank]): with JAX's
-    distributed runtime up (several processes), tpu:<that index> is the process's own device."""
-    import jax
+    """torchrun scripts call torch.tpu.set_device(local_rank) and DDP(device_ids=[local_rank]): in a run of several
+    processes, tpu:<that index> is the process's own device, and the current device is the index its tensors
+    report (FSDP2 places parameters on the current device)."""
+    from tputool.backend import tpu_module
 
-    from tputool.backend import device
-
-    monkeypatch.setattr(torch.tpu, "device_count", lambda: 2)
-    monkeypatch.setattr(device, "device_count", lambda: 2)
+    with pytest.raises(RuntimeError, match="tpu:1"):  # one process: tpu:1 is another device (or none)
+        torch.ones(2).to("tpu:1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(tpu_module, "_selected", None)
     torch.tpu.set_device(1)
-    try:
-        with pytest.raises(RuntimeError, match="live on tpu:0"):  # one process: tpu:1 is another device
-            torch.ones(2).to("tpu:1")
-        monkeypatch.setattr(jax, "process_count", lambda: 2)
-        x = torch.arange(3.0).to("tpu:1") + torch.empty(3, device=torch.device("tpu", 1)).fill_(1)
-        torch.testing.assert_close(x.cpu(), torch.arange(3.0) + 1)
-    finally:
-        torch.tpu.set_device(0)
-
-
-def test_compiled_graph_splits_around_collectives_of_several_ranks(tpu_device: str, monkeypatch) -> None:
-    """Collectives over more than one rank cannot run inside one computation: the graph is cut around each, which
-    runs through the process group (here a one-rank group standing in for a bigger one)."""
-    from tputool.backend.graph import collectives
-
-    cpu_eager, _ = _compiled_collectives("cpu")
-    made = []
-    split_compile = collectives.split_compile
-    monkeypatch.setattr(collectives, "_size_of", lambda node: 2)
-    monkeypatch.setattr(collectives, "split_compile", lambda *a: made.append(split_compile(*a)) or made[-1])
-    _, compiled = _compiled_collectives(tpu_device)
-    torch.testing.assert_close(compiled, cpu_eager)
-    assert len(made) == 1
-    kinds = made[0].kinds()
-    assert kinds.count("collective") == 5 and kinds[0] == kinds[-1] == "compiled", kinds
+    x = torch.arange(3.0).to("tpu:1") + torch.empty(3, device=torch.device("tpu", 1)).fill_(1)
+    torch.testing.assert_close(x.cpu(), torch.arange(3.0) + 1)
+    assert torch.device("tpu", torch.tpu.current_device()) == x.device
+    with pytest.raises(RuntimeError, match="2 process"):
+        torch.tpu.set_device(2)
 
 
 def test_copies_on_a_side_stream_as_ddp_makes_them(tpu_device: str) -> None:

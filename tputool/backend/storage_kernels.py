@@ -29,10 +29,10 @@ def _check_device(device) -> None:
         from tputool.backend.device import device_count
         from tputool.backend.tpu_module import is_own_device
 
-        if d.index >= device_count():
-            raise RuntimeError(f"tpu:{d.index} does not exist: {device_count()} tpu device(s)")
         if is_own_device(d.index):
             return
+        if d.index >= device_count():
+            raise RuntimeError(f"tpu:{d.index} does not exist: {device_count()} tpu device(s)")
         raise RuntimeError(f"tpu:{d.index}: eager tpu tensors live on tpu:0 in the bundled backend "
                            "(use SPMD sharding across devices, tputool.backend.graph; in a multi-process run, "
                            "the device chosen with torch.tpu.set_device is this process's device)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import time
 from dataclasses import dataclass
 
@@ -67,20 +68,39 @@ def _index(device) -> int:
     return d.index if d.index is not None else _current
 
 
+_selected: int | None = None
+"""In a multi-process run: the index this process chose with set_device (its one device; tensors report tpu:0)."""
+
+
+def _local_processes() -> int:
+    """Processes on this host in a multi-process run (torchrun's LOCAL_WORLD_SIZE / WORLD_SIZE), else 1."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1)
+
+
 def set_device(device) -> None:
-    """Make `device` current. Eager tensors live on tpu:0 (see docs); other indices exist for meshes."""
-    global _current
+    """Make `device` current. Eager tensors live on tpu:0 (see docs); other indices exist for meshes.
+
+    In a multi-process run (torchrun: WORLD_SIZE > 1) each process has one device, where its eager tensors live:
+    `set_device(local_rank)` selects it (it does not start JAX, so it may come before init_process_group), and
+    tpu:<local_rank> then names it; the current device stays 0, the index its tensors report (as FSDP2 and
+    DeviceMesh expect of the current device)."""
+    global _current, _selected
     i = _index(device)
+    if int(os.environ.get("WORLD_SIZE") or 1) > 1:
+        if not 0 <= i < _local_processes():
+            raise RuntimeError(f"invalid tpu device index {i}: {_local_processes()} process(es) on this host")
+        _selected = i
+        return
     if not 0 <= i < device_count():
         raise RuntimeError(f"invalid tpu device index {i}: {device_count()} device(s)")
     _current = i
 
 
 def is_own_device(index: int) -> bool:
-    """True when tpu:`index` is where this process's eager tensors live: index 0, or, in a multi-process run
-    (JAX's distributed runtime: several processes), the device chosen with set_device (a script run by torchrun
-    calls `torch.tpu.set_device(local_rank)` and `DDP(device_ids=[local_rank])`; each process has one device)."""
-    return index == 0 or (index == _current and jax.process_count() > 1)
+    """True when tpu:`index` is where this process's eager tensors live: index 0, or, in a multi-process run, the
+    device chosen with set_device (a script run by torchrun calls `torch.tpu.set_device(local_rank)` and
+    `DDP(device_ids=[local_rank])`)."""
+    return index == 0 or index == _selected
 
 
 class device:  # noqa: N801 - torch.cuda.device's name
