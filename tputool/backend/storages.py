@@ -7,6 +7,7 @@ same views; `install()` makes these methods work on tpu storages from the `_tpu`
 - `size()`/`nbytes()`: the bytes of the buffer (0 once resized to 0);
 - `resize_(n)`: 0 drops the buffer (its memory goes back to JAX); more keeps the leading elements and adds
   unmaterialized ones (`tensor.Uninit`, zeros when read), in the buffer's dtype (n must be a multiple of its size);
+  a pending Fused value is computed first (a flush);
 - `data_ptr()`: 0, what `Tensor.data_ptr()` of a tpu tensor gives (there is no host-visible address).
 CPU and other storages keep PyTorch's methods.
 """
@@ -36,6 +37,8 @@ def buffer_nbytes(base) -> int:  # noqa: ANN001 - a jax.Array or tensor.Uninit
 def resize_buffer(storage: torch.UntypedStorage, nbytes: int) -> None:
     """Resize tpu `storage` to `nbytes` in place (see the module docstring)."""
     base = storage._tpu
+    if hasattr(base, "force"):  # a pending Fused value: run its trace first (whose flush would write it back)
+        base = storage._tpu = base.force("storage resize_")
     itemsize = jnp.dtype(base.dtype).itemsize
     if nbytes < 0 or nbytes % itemsize:
         raise RuntimeError(f"tpu storage of {base.dtype} elements: resize_({nbytes}) must be a non-negative "
