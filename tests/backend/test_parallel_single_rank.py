@@ -116,6 +116,14 @@ def test_distribute_tensor_and_redistribute(tpu_device: str) -> None:
     torch.testing.assert_close(_dtensor_ops(tpu_device), cpu)
 
 
+def test_distribute_tensor_and_redistribute_in_fused_mode(tpu_device: str) -> None:
+    """DTensor's ops on its tpu local tensors are deferred like any other (not run unforced, past the mode)."""
+    cpu = _dtensor_ops("cpu")
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        fused = _dtensor_ops(tpu_device)
+    torch.testing.assert_close(fused, cpu)
+
+
 def test_distributed_sampler_feeds_the_device(tpu_device: str) -> None:
     ds = TensorDataset(torch.arange(10.0), torch.arange(10) % 3)
 

@@ -480,6 +480,8 @@ def _is_data_tensor(x: Any) -> bool:
 
 
 _STRIDED = torch.strided
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor  # noqa: E402
 
 
 def _on_tpu(device: Any) -> bool:
@@ -569,6 +571,8 @@ class FuseMode(TorchDispatchMode):
         else:
             tensors = _tensors(args, kwargs)
             if not any(_is_data_tensor(x) for x in tensors) and (tensors or not _on_tpu(kwargs.get("device"))):
+                if any(type(x) not in _PLAIN and not isinstance(x, _FakeTensor) for x in tensors):
+                    return NotImplemented  # (a wrapper subclass, e.g. DTensor: its ops on tpu tensors come back here)
                 return func(*args, **kwargs)  # (a factory for the tpu device, e.g. full or scalar_tensor, is recorded)
         f = _FACTS.get(id(func)) or _facts(func)
         if f.composite:  # e.g. to/reshape/contiguous: their parts come back through this mode
