@@ -88,6 +88,7 @@ def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> N
         torch.testing.assert_close(got["compiled"], want["eager"])
 
 
+@pytest.mark.slow  # (~1 min; the one-process run of the same port is in tests/test_end_to_end.py)
 @NEEDS_PART_A
 def test_ported_sample_repo_trains_under_torchrun_on_tpu(tmp_path: Path) -> None:
     from tputool.cli import app
