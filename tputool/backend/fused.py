@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
 from tputool.backend import asserts, cache, events, memory, op_plan, rng, runtime
@@ -481,7 +482,6 @@ def _is_data_tensor(x: Any) -> bool:
 
 _STRIDED = torch.strided
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor  # noqa: E402
 
 
 def _on_tpu(device: Any) -> bool:
