@@ -13,6 +13,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from tputool.backend.distributed import jax_runtime
+
 CHECKS_ENV = "TPUTOOL_DIST_CHECKS"
 
 
@@ -35,7 +37,9 @@ class Handshake:
         try:
             self.store.wait(keys, self.timeout)
         except Exception as e:  # noqa: BLE001 - DistStoreError, or the store itself gone with its host
-            raise self._missing(keys, what, e) from None
+            err = self._missing(keys, what, e)
+            jax_runtime.mark_failed(str(err))
+            raise err from None
         return [v.decode() for v in self.store.multi_get(keys)]
 
     def _missing(self, keys: list[str], what: str, cause: Exception) -> RuntimeError:
@@ -62,6 +66,7 @@ class Handshake:
             self.store.delete_key(f"c{seq - 1}/{self.rank}")
         for r, (other, _) in enumerate(sigs):
             if other != call:
+                jax_runtime.mark_failed("mismatch")
                 raise RuntimeError(f"{self.name}: collective #{seq} differs across ranks: rank {self.rank} called "
                                    f"{call} but rank {r} called {other}")
         return [e for _, e in sigs]

@@ -13,8 +13,10 @@ its backend before: a process that ran a tpu op first gets an error saying to ca
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -29,6 +31,22 @@ TOO_LATE = (
     "backend in this process (a tpu tensor was made or torch.tpu was queried before init_process_group). "
     "Call dist.init_process_group(\"tpu\") before the first tpu op (or call jax.distributed.initialize() "
     "yourself at the top of the script).")
+
+
+_failed: list[str] = []
+
+
+def mark_failed(reason: str) -> None:
+    """Record that a peer died or diverged: at exit this process then ends at once (status 1) instead of
+    waiting in JAX's shutdown barrier for the missing rank (which would abort it minutes later)."""
+    _failed.append(reason)
+
+
+def _exit_if_failed() -> None:
+    if _failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def is_initialized() -> bool:
@@ -73,6 +91,7 @@ def initialize(store: dist.Store, rank: int, world_size: int, timeout: timedelta
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # (CPU devices only; TPUs use ICI/DCN)
+    atexit.register(_exit_if_failed)
     wait_s = max(1, int(timeout.total_seconds()))
     addr = _coordinator(store, rank, timeout)
     if addr == "auto":
