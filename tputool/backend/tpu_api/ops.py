@@ -3,8 +3,8 @@
 - `splash_sdpa`: attention through JAX's Pallas TPU splash-attention kernel (forward and backward kernels);
   where the device is not a TPU, the same kernel runs in Pallas' interpret mode (slow, for checking only).
 - `ragged_dot`, `ragged_dot_weight_grad`: grouped matmuls through `jax.lax.ragged_dot` (and its VJP).
-- `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension, with the single-process
-  semantics of the bundled distributed backend (world size 1: a copy); more processes is not implemented.
+- `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension over a process group (the
+  tpu group across processes; world size 1: a copy).
 - `optimization_barrier`: `jax.lax.optimization_barrier` over tensors.
 - `max_pool1d/2d/3d` and their `_backward`: max pooling (PyTorch's semantics) in JAX and its VJP.
 The rest of TorchTPU's list raises NotImplementedError saying why (SparseCore hardware, point-to-point
@@ -110,24 +110,34 @@ def _world_size(group) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def _single_process(name: str, group) -> None:
-    n = _world_size(group)
-    if n > 1:
-        raise NotImplementedError(
-            f"torch.tpu.ops.{name}: world size {n}: collectives between processes need JAX's multi-process "
-            "runtime, which the bundled backend does not implement yet (one process per host, world size 1)")
-
-
 def all_gather_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
-    """Every rank's `tensor`, concatenated along `dim` (one process: a copy of `tensor`)."""
-    _single_process("all_gather_dim", group)
-    return tensor.clone()
+    """Every rank's `tensor`, concatenated along `dim` in rank order (one process: a copy of `tensor`)."""
+    import torch.distributed as dist
+
+    n = _world_size(group)
+    if n == 1:
+        return tensor.clone()
+    x = tensor.movedim(dim, 0).contiguous()
+    out = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x, group=group)
+    return out.movedim(0, dim)
 
 
 def reduce_scatter_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
-    """The sum over ranks of `tensor`, split along `dim`, this rank's part (one process: a copy)."""
-    _single_process("reduce_scatter_dim", group)
-    return tensor.clone()
+    """The sum over ranks of `tensor`, split along `dim` into world-size parts: this rank's part (one
+    process: a copy)."""
+    import torch.distributed as dist
+
+    n = _world_size(group)
+    if n == 1:
+        return tensor.clone()
+    if tensor.shape[dim] % n:
+        raise ValueError(f"torch.tpu.ops.reduce_scatter_dim: dimension {dim} of size {tensor.shape[dim]} does not "
+                         f"split into {n} equal parts")
+    x = tensor.movedim(dim, 0).contiguous()
+    out = torch.empty((x.shape[0] // n, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x, group=group)
+    return out.movedim(0, dim)
 
 
 def _barrier(*arrays):
