@@ -31,21 +31,41 @@ def torchrun(nproc: int, *args: str, timeout: float = 300, **env: str) -> subpro
     return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-def _every_collective(nproc: int) -> None:
-    run = torchrun(nproc)
+def _every_collective(run: subprocess.CompletedProcess, nproc: int, local: int) -> None:
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
     for r in range(nproc):
-        assert re.search(rf"RANK {r} OK \d+", out), out[-4000:]
+        assert re.search(rf"RANK {r} OK \d+ local devices {local} of {nproc * local}", out), out[-4000:]
 
 
-def test_every_collective_matches_gloo_on_2_processes() -> None:
-    _every_collective(2)
+def test_every_collective_matches_gloo_on_2_processes_launched_by_tputool_run() -> None:
+    """`tputool run --nproc 2 --cpu-devices 2`: torchrun's launcher, two simulated devices per process (the
+    first is the rank's device)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "tputool", "run", "--nproc", "2", "--cpu-devices", "2", str(WORKER)],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    _every_collective(run, 2, 2)
 
 
 @pytest.mark.slow
 def test_every_collective_matches_gloo_on_4_processes() -> None:
-    _every_collective(4)
+    _every_collective(torchrun(4), 4, 1)
+
+
+def test_run_needs_config_or_nproc_and_checks_them(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+    from tputool.errors import UserError
+
+    script = tmp_path / "s.py"
+    script.write_text("pass\n")
+    res = CliRunner().invoke(app, ["run", str(script)])
+    assert res.exit_code == 2 and "--config" in res.output and "--nproc" in res.output
+    res = CliRunner().invoke(app, ["run", "--nproc", "0", str(script)])
+    assert isinstance(res.exception, UserError) and "--nproc must be >= 1" in str(res.exception)
+    res = CliRunner().invoke(app, ["run", "--nproc", "2", str(tmp_path / "missing.py")])
+    assert isinstance(res.exception, UserError) and "no such script" in str(res.exception)
 
 
 def test_a_dead_rank_and_different_calls_are_named_within_the_timeout() -> None:
