@@ -68,12 +68,14 @@ def test_run_needs_config_or_nproc_and_checks_them(tmp_path) -> None:
     assert isinstance(res.exception, UserError) and "no such script" in str(res.exception)
 
 
-def test_a_dead_rank_and_different_calls_are_named_within_the_timeout() -> None:
+def test_early_tpu_op_then_a_dead_rank_and_different_calls_named_within_the_timeout() -> None:
     start = time.perf_counter()
     run = torchrun(2, "faults", timeout=240, WORKER_TIMEOUT="10")
     wall = time.perf_counter() - start
     out = run.stdout + run.stderr
     assert run.returncode != 0
+    for r in (0, 1):  # (a tpu op before init_process_group started JAX's runtime first)
+        assert f"RANK {r} EARLY [0, 2, 4] in 2 processes" in out, out[-4000:]
     for r, other in ((0, 1), (1, 0)):
         assert re.search(rf"RANK {r} MISMATCH: .*collective #1 differs across ranks: rank {r} called "
                          rf"all_reduce\(SUM\) float32\[{4 + r}\] but rank {other} called "

@@ -39,9 +39,13 @@ def _creator(name: str):
 
 
 def register() -> None:
-    """Register "tpu_dist" (the default for the tpu device) and "tpu" with torch.distributed (idempotent)."""
+    """Register "tpu_dist" (the default for the tpu device) and "tpu" with torch.distributed (idempotent); in a
+    torchrun worker of several processes, arrange for JAX's runtime to start before JAX's backend."""
     if not dist.is_available():
         return
     for name in BACKEND_NAMES:
         if name not in dist.Backend.backend_list:
             dist.Backend.register_backend(name, _creator(name), devices=["tpu", "cpu"])
+    from tputool.backend.distributed import jax_runtime
+
+    jax_runtime.install_early_start()

@@ -5,10 +5,14 @@ Where the coordinator comes from, first match wins:
   TPUTOOL_JAX_COORDINATOR=auto                         JAX's own detection (TPU VM / GKE / Slurm / MPI);
   TPUTOOL_JAX_COORDINATOR=host:port                    that address, process ids = torch ranks;
   otherwise                                            rank 0 picks a free port on its host (MASTER_ADDR, else
-                                                       its host name) and publishes it through the c10d store
-                                                       (not torchrun's TCPStore port itself).
+                                                       its host name) and publishes it through a store: under
+                                                       torchrun its agent's store (MASTER_ADDR:MASTER_PORT), else
+                                                       the group's c10d store. (JAX's coordinator never takes
+                                                       torchrun's port itself.)
 On a CPU host the collectives run over gloo (`jax_cpu_collectives_implementation`). JAX must not have started
-its backend before: a process that ran a tpu op first gets an error saying to call init_process_group earlier.
+its backend before. Under torchrun (world size > 1) `install_early_start` makes JAX's first backend creation
+start the runtime first, so a script may make tpu tensors (or call torch.tpu.set_device) before
+init_process_group; elsewhere a process that ran a tpu op first gets an error saying to call it earlier.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def backend_started() -> bool:
     """True once JAX has created its platform backends (after which initialize would be too late)."""
     from jax._src import xla_bridge
 
-    return bool(xla_bridge._backends)
+    return xla_bridge.backends_are_initialized()
 
 
 def _free_port() -> int:
@@ -69,20 +73,66 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _coordinator(store: dist.Store, rank: int, timeout: timedelta) -> str:
+def torchrun_job() -> tuple[str, int, int, int] | None:
+    """(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) in a worker torchrun started for more than one process."""
+    e = os.environ
+    if e.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or int(e.get("WORLD_SIZE", "1")) < 2:
+        return None
+    return e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["RANK"]), int(e["WORLD_SIZE"])
+
+
+def _negotiation_store(store: dist.Store | None, timeout: timedelta) -> tuple[dist.Store, str]:
+    """The store the coordinator's address goes through, and its key (torchrun's agent store when there is one,
+    so that the early start and init_process_group agree)."""
+    job = torchrun_job()
+    if job is None:
+        assert store is not None
+        return store, _KEY
+    host, port, _, _ = job
+    agent = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    return agent, f"{_KEY}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def _coordinator(store: dist.Store | None, rank: int, timeout: timedelta) -> str:
     addr = os.environ.get(COORDINATOR_ENV)
     if addr:
         return addr
+    store, key = _negotiation_store(store, timeout)
     if rank == 0:
         host = os.environ.get("MASTER_ADDR") or socket.gethostname()
         addr = f"{host}:{_free_port()}"
-        store.set(_KEY, addr)
+        store.set(key, addr)
         return addr
-    store.wait([_KEY], timeout)
-    return store.get(_KEY).decode()
+    store.wait([key], timeout)
+    return store.get(key).decode()
 
 
-def initialize(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> None:
+def install_early_start() -> None:
+    """In a torchrun worker of a job of > 1 processes, make JAX's first backend creation start its distributed
+    runtime first (one wrapper around jax's `backends()`, removed on its first call: no later cost)."""
+    if torchrun_job() is None or is_initialized():
+        return
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        return
+    original = xla_bridge.backends
+
+    def backends():
+        xla_bridge.backends = original
+        if not is_initialized() and not xla_bridge.backends_are_initialized():
+            _, _, rank, world_size = torchrun_job()
+            initialize(None, rank, world_size, EARLY_TIMEOUT)
+        return original()
+
+    xla_bridge.backends = backends
+
+
+EARLY_TIMEOUT = timedelta(minutes=5)
+"""How long the early start waits for the other processes (init_process_group's timeout is not known yet)."""
+
+
+def initialize(store: dist.Store | None, rank: int, world_size: int, timeout: timedelta) -> None:
     """Start JAX's distributed runtime for `world_size` processes (once; a no-op when it already runs)."""
     if is_initialized():
         return
