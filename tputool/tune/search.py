@@ -99,9 +99,13 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 def predict_all(dims: ModelDims, hw: Hardware, space: SearchSpace,
-                param_shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[list[Row], list[Rejected]]:
-    """Every valid candidate with its estimate, ranked by predicted throughput; memory misfits flagged."""
-    enum = enumerate_space(dims, hw.n_devices, space)
+                param_shapes: dict[str, tuple[int, ...]] | None = None,
+                kernels: bool = False) -> tuple[list[Row], list[Rejected]]:
+    """Every valid candidate with its estimate, ranked by predicted throughput; memory misfits flagged.
+
+    `kernels`: the default attention choices include the Pallas TPU kernels (predicted mode).
+    """
+    enum = enumerate_space(dims, hw.n_devices, space, kernels=kernels)
     rows = []
     for c in enum.candidates:
         local = None
@@ -199,7 +203,7 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                    progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
     """Rank by the cost model; with `compile_check` (a TPU compile returning bytes/device, raising on OOM),
     confirm memory fit of the top `top` fitting candidates and take the best that compiles."""
-    rows, rejected = predict_all(dims, hw, space, param_shapes)
+    rows, rejected = predict_all(dims, hw, space, param_shapes, kernels=True)
     fitting = [r for r in rows if r.status != "memory"]
     label = f"estimated for {hw.name}"
     winner = fitting[0] if fitting else None
