@@ -80,12 +80,14 @@ def tpu_hardware(target: str | Slice, calibration: str | None = None,
     """Hardware for a TPU target such as `v5e-256`, `v6e:2x4` or `v5e-256x2`, from the spec table.
 
     The achievable fractions come from `efficiency`, else the `calibration` YAML (default: the shipped
-    fit on published runs); a chip the calibration does not name runs at its peaks (a roofline).
+    fit on published runs); a chip the calibration does not name takes its `default` entry (else its
+    peaks: a roofline).
     """
     sl = parse_target(target) if isinstance(target, str) else target
     chip = sl.chip
     if efficiency is None:
-        efficiency = load_calibration(calibration).get(chip.name, Efficiency())
+        chips = load_calibration(calibration)
+        efficiency = chips.get(chip.name, chips.get("default", Efficiency()))
     return Hardware(
         name=sl.name, n_devices=sl.n_devices,
         matmul_flops={"bf16": chip.peak_bf16_flops, "fp32": chip.peak_bf16_flops / FP32_MATMUL_PASSES},
