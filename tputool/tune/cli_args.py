@@ -94,8 +94,9 @@ def build_space(batches: str, remat: str, attention: str, precision: str, max_te
     """A SearchSpace from the CLI strings."""
     if global_batch is not None and global_batch < 1:
         raise UserError(f"--global-batch must be >= 1, got {global_batch}")
+    remats = None if remat.strip() == "auto" else parse_choices(remat, REMAT_POLICIES, "--remat")
     return SearchSpace(meshes=parse_meshes(mesh), global_batch=global_batch,
-        batches=parse_ints(batches, "--batch"), remats=parse_choices(remat, REMAT_POLICIES, "--remat"),
+        batches=parse_ints(batches, "--batch"), remats=remats,
         attentions=parse_attention(attention), precisions=parse_choices(precision, PRECISIONS, "--precision"),
         max_tensor=max_tensor,
     )

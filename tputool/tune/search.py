@@ -60,6 +60,7 @@ class TuneResult:
     budget: int = 0  # candidates allowed to run
     notes: list[str] = field(default_factory=list)
     correction: object = None  # refine.Correction fitted in measured mode
+    no_fit: object = None  # advice.NoFit when no candidate fits (predicted mode)
 
     @property
     def measured(self) -> list[Row]:
@@ -194,6 +195,10 @@ def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
     result = TuneResult(dims.name, "measured", hw, label or f"measured on {hw.name}", rows, rejected, winner,
                         budget)
     result.correction = corr
+    if not fitting and rows:
+        from tputool.tune.advice import explain
+
+        result.no_fit = explain(dims, hw, space, rows, kernels=False)
     return result
 
 
@@ -225,4 +230,9 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                 r.reason = f"compile for TPU: {str(e).splitlines()[0][:160]}"
             if progress is not None:
                 progress(r, i, len(checked))
-    return TuneResult(dims.name, "predicted", hw, label, rows, rejected, winner)
+    result = TuneResult(dims.name, "predicted", hw, label, rows, rejected, winner)
+    if not fitting and rows:
+        from tputool.tune.advice import explain
+
+        result.no_fit = explain(dims, hw, space, rows)
+    return result
