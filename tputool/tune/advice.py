@@ -95,13 +95,16 @@ def explain(dims: ModelDims, hw: Hardware, space: SearchSpace, rows: list[Row], 
     if space.meshes is not None or space.max_tensor is not None:
         tries.append(("any fsdp/tensor split (drop --mesh/--max-tensor)", hw,
                       dataclasses.replace(space, meshes=None, max_tensor=None)))
-    if space.global_batch is None and min(space.batches) > 1:
-        tries.append(("batch 1 per data shard (--batch 1)", hw, dataclasses.replace(space, batches=(1,))))
-    elif space.global_batch is not None and space.global_batch > 1:
-        for g in (space.global_batch // 2, space.global_batch // 4):
-            if g >= 1:
-                tries.append((f"a global batch of {g} (--global-batch {g})", hw,
-                              dataclasses.replace(space, global_batch=g)))
+    if space.global_batch is None:
+        b = min(space.batches) // 2
+        while b >= 1:  # the largest smaller batch that fits is found first
+            tries.append((f"batch {b} per data shard (--batch {b})", hw, dataclasses.replace(space, batches=(b,))))
+            b //= 2
+    else:
+        g = space.global_batch // 2
+        while g >= 1:
+            tries.append((f"a global batch of {g} (--global-batch {g})", hw, dataclasses.replace(space, global_batch=g)))
+            g //= 2
     if hw.slice is not None:
         for sl in _bigger_slices(hw.slice):
             bigger = tpu_hardware(sl, efficiency=hw.eff)
