@@ -30,6 +30,7 @@ def tune_cmd(
                                     "written by --calibrate); default: the fit on published runs."),
     calibrate: str = typer.Option(None, "--calibrate", help="Refit the fractions from a profiler trace "
                                   "directory of a real run, write them to --out, and report."),
+    config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
     limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
 ) -> None:
     """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
@@ -39,7 +40,7 @@ def tune_cmd(
     if calibrate is not None:
         from tputool.tune.trace_calibrate import calibrate_cmd
 
-        calibrate_cmd(calibrate, model, parse_overrides(set_), out, target, cpu_devices)
+        calibrate_cmd(calibrate, model, parse_overrides(set_), out, target, cpu_devices, config)
         return
     space = build_space(batch, remat, attention, precision, max_tensor, mesh, global_batch)
     if target is None:
