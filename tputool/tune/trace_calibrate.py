@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from tputool.profile.categories import op_class
 from tputool.errors import UserError
+from tputool.profile.categories import op_class
 from tputool.profile.reader import TraceSummary, read_any_trace, read_json_trace
 from tputool.tune.candidate import Candidate, ModelDims
 from tputool.tune.cost_model import Estimate, estimate
@@ -117,7 +117,8 @@ def calibrate_cmd(trace_dir: str, model: str, overrides: dict, out: str, target:
         use_cpu_devices(cpu_devices)
     else:
         host_only_jax()
-    from tputool.tune.api import resolve_model  # imports torch, which starts JAX: after the device count is set
+    # tune.api imports torch, which starts JAX: only after the device count is set
+    from tputool.tune.api import resolve_model
 
     summary = read_any_trace(trace_dir, top=10**9)
     rm = resolve_model(model, overrides)
@@ -130,7 +131,7 @@ def calibrate_cmd(trace_dir: str, model: str, overrides: dict, out: str, target:
     if target is not None:
         from tputool.tune.hardware import tpu_hardware
 
-        hw, key = tpu_hardware(target), None
+        hw = tpu_hardware(target)
         key = hw.slice.chip.name if hw.slice else "default"
     else:
         import jax
