@@ -132,6 +132,11 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels
             batches = (space.global_batch // shards,)
         for batch, remat, (impl, block), prec in itertools.product(
                 batches, remats, attentions, space.precisions):
+            if not kernels and (impl in KERNEL_IMPLS or remat not in MEASURED_REMAT_POLICIES):
+                what = impl if impl in KERNEL_IMPLS else f"remat {remat}"
+                out.rejected.append(Rejected(what, "a TPU plan: predicted mode (--target) only; the measured step "
+                                             "runs plain/chunked attention and none/save-dots/full remat", "invalid"))
+                continue
             if impl != "plain":
                 if dims.heads == 0 or dims.seq <= 1:
                     continue  # no attention to chunk: the plain variant covers it
