@@ -45,7 +45,8 @@ def main() -> int:
     calibration = args.calibration
     if args.fit:
         t0 = time.perf_counter()
-        effs = {k: _rounded(v) for k, v in fit([r for r in runs if not r.held_out]).items()}
+        start = load_calibration(calibration)  # refit from the current fractions
+        effs = {k: _rounded(v) for k, v in fit([r for r in runs if not r.held_out], start=start).items()}
         mean = sum(e.matmul for e in effs.values()) / len(effs)
         any_eff = next(iter(effs.values()))
         effs["default"] = _rounded(Efficiency(matmul=mean, attention=min(any_eff.attention, mean), hbm=any_eff.hbm,

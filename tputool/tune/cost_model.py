@@ -327,7 +327,7 @@ def estimate(model: ModelDims, c: Candidate, hw: Hardware, params_per_device: fl
         comm["data"] = dp
         exposed["data"] = max(0.0, dp - busy_s * (1 - fwd_share)) + dp / layers
     if c.remat == "offload" and hw.host_bw > 0:  # layer inputs to host in the forward, back in the backward
-        per_layer = tokens_shard * model.hidden * b / (hw.host_bw * eff.hbm)
+        per_layer = tokens_shard * model.hidden * b / c.tensor / hw.host_bw
         comm["host"] = 2 * per_layer * layers
         exposed["host"] = layers * (max(0.0, per_layer - fwd_layer) + max(0.0, per_layer - bwd_layer))
     comm_s = sum(comm.values())

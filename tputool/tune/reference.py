@@ -126,7 +126,7 @@ def predict(run: ReferenceRun, efficiency: Efficiency | None = None, calibration
 FITTED = ("matmul", "attention", "hbm", "ici")
 
 
-FIT_BOUNDS = {"matmul": (0.4, 1.0), "attention": (0.3, 1.0), "hbm": (0.5, 0.95), "ici": (0.5, 0.95),
+FIT_BOUNDS = {"matmul": (0.4, 0.95), "attention": (0.3, 0.95), "hbm": (0.5, 0.95), "ici": (0.5, 0.95),
               "overlap_cost": (0.0, 0.5)}
 """Physically plausible range of each fitted fraction (the fit may not wander outside)."""
 
