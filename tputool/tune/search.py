@@ -108,10 +108,14 @@ def predict_all(dims: ModelDims, hw: Hardware, space: SearchSpace,
     """
     enum = enumerate_space(dims, hw.n_devices, space, kernels=kernels)
     rows = []
+    local_by_mesh: dict[tuple[int, int, int], int] = {}  # the partition depends on the mesh only
     for c in enum.candidates:
         local = None
         if param_shapes is not None:
-            local = partition_specs(param_shapes, c.mesh).local_elements(param_shapes, c.mesh)
+            mesh = (c.data, c.fsdp, c.tensor)
+            if mesh not in local_by_mesh:
+                local_by_mesh[mesh] = partition_specs(param_shapes, c.mesh).local_elements(param_shapes, c.mesh)
+            local = local_by_mesh[mesh]
         rows.append(Row(c, estimate(dims, c, hw, params_per_device=local)))
     # ties (compute-bound candidates hide their collectives) go to less communication, then less memory
     rows.sort(key=lambda r: (-r.estimate.tokens_per_s, r.estimate.comm_s, r.estimate.memory.total))
