@@ -74,10 +74,9 @@ def _scaled(frac: float, predicted: float, measured: float) -> float:
     return frac * predicted / measured if predicted > 0 and measured > 0 else frac
 
 
-def calibrate(dims: ModelDims, candidate: Candidate, hw: Hardware, trace: TraceTimes) -> Calibration:
-    """Refit `hw`'s fractions so the model reproduces `trace` for `candidate` of `dims`."""
-    before = estimate(dims, candidate, hw)
-    t, e = before.terms, hw.eff
+def _refit(dims: ModelDims, candidate: Candidate, hw: Hardware, trace: TraceTimes, e: Efficiency) -> Efficiency:
+    """One rescaling step of the per-class fractions towards the trace."""
+    t = estimate(dims, candidate, dataclasses.replace(hw, eff=e)).terms
     m = trace.by_class
     if m["attention"] > 0:
         matmul = _scaled(e.matmul, t["matmul"], m["matmul"])
@@ -86,11 +85,22 @@ def calibrate(dims: ModelDims, candidate: Candidate, hw: Hardware, trace: TraceT
         matmul = _scaled(e.matmul, t["matmul"] + t["attention"], m["matmul"])
         attention = e.attention * matmul / e.matmul
     hbm = _scaled(e.hbm, t["hbm-bound ops"] + t["optimizer"], m["elementwise"])
-    ici = _scaled(e.ici, before.comm_s, m["collective"])
-    eff = Efficiency(matmul=matmul, attention=attention, hbm=hbm, ici=ici, dcn=e.dcn, overlap_cost=0.0,
-                     step_fixed_s=max(trace.idle, 0.0))
+    ici = _scaled(e.ici, estimate(dims, candidate, dataclasses.replace(hw, eff=e)).comm_s, m["collective"])
+    return dataclasses.replace(e, matmul=matmul, attention=attention, hbm=hbm, ici=ici)
+
+
+def calibrate(dims: ModelDims, candidate: Candidate, hw: Hardware, trace: TraceTimes,
+              rounds: int = 4) -> Calibration:
+    """Refit `hw`'s fractions so the model reproduces `trace` for `candidate` of `dims`.
+
+    A few rescaling rounds: classes interact (a matmul streaming its weights is priced at HBM speed).
+    """
+    before = estimate(dims, candidate, hw)
+    eff = dataclasses.replace(hw.eff, overlap_cost=0.0, step_fixed_s=max(trace.idle, 0.0))
+    for _ in range(rounds):
+        eff = _refit(dims, candidate, hw, trace, eff)
     bare = estimate(dims, candidate, dataclasses.replace(hw, eff=eff, step_overhead_s=eff.step_fixed_s))
-    busy = sum(m[k] for k in ("matmul", "attention", "elementwise"))
+    busy = sum(trace.by_class[k] for k in ("matmul", "attention", "elementwise"))
     exposed_meas = max(0.0, trace.step - trace.idle - busy)
     hidden = bare.comm_s - bare.comm_exposed_s
     overlap = min(max((exposed_meas - bare.comm_exposed_s) / hidden, 0.0), 1.0) if hidden > 0 else 0.0
