@@ -61,3 +61,22 @@ def test_405b_finds_a_plan_on_one_v6e_256_slice():
     assert result.winner is not None
     c = result.winner.candidate
     assert c.remat in ("full", "offload") and c.fsdp * c.tensor >= 64
+
+
+def test_calibration_files_are_validated_and_chips_fall_back_to_default(tmp_path):
+    from tputool.errors import UserError
+    from tputool.tune.efficiency import Efficiency, load_calibration, write_calibration
+
+    shipped = load_calibration()
+    assert {"v5e", "v5p", "v6e", "default"} <= set(shipped)
+    assert all(0 < e.attention <= e.matmul <= 0.95 for e in shipped.values())
+    assert tpu_hardware("v4-8").eff == shipped["default"]  # no published v4 rows: the default entry
+    path = write_calibration(tmp_path / "c.yaml", {"v6e": Efficiency(matmul=0.5)}, "test")
+    assert tpu_hardware("v6e-8", calibration=str(path)).eff.matmul == 0.5
+    assert tpu_hardware("v5e-8", calibration=str(path)).eff == Efficiency()  # not named, no default: peaks
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("chips: {v6e: {matmull: 0.5}}\n")
+    with pytest.raises(UserError, match="unknown field"):
+        load_calibration(bad)
+    with pytest.raises(UserError, match="not found"):
+        load_calibration(tmp_path / "missing.yaml")
