@@ -85,9 +85,12 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
         from tputool.tune.hardware import tpu_hardware
 
         hw = tpu_hardware(target, calibration=calibration)
-        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() else None
+        multi_slice = hw.slice is not None and hw.slice.slices > 1  # compile-only devices are one slice
+        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() and not multi_slice else None
         result = tune_predicted(rm.dims, hw, space, rm.param_shapes, check, top=compile_top, progress=progress)
-        if check is None:
+        if multi_slice:
+            result.notes.append("multi-slice target: memory fit and times are estimated (no compile check)")
+        elif check is None:
             result.notes.append("libtpu not installed (pip install 'tputool[tpu-compile]'): memory fit and "
                                 "times are estimated from the spec table")
         return result
