@@ -72,8 +72,10 @@ def profile_model(model: str, steps: int, outdir: str | Path, candidate: Candida
 def tune_model(model: str, *, target: str | None = None, overrides: dict[str, Any] | None = None,
                space: SearchSpace | None = None, fraction: float = 1 / 3, hbm_bytes: float | None = None,
                steps: int = 3, compile_top: int = 3,
-               progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
-    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`."""
+               progress: Callable[[Row, int, int], None] | None = None,
+               calibration: str | None = None) -> TuneResult:
+    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`
+    (achievable fractions from the `calibration` YAML, default the fit on published runs)."""
     rm = resolve_model(model, overrides)
     space = space or SearchSpace()
     if not 0 < fraction <= 1:
@@ -82,10 +84,13 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
         from tputool.tune import tpu_compile
         from tputool.tune.hardware import tpu_hardware
 
-        hw = tpu_hardware(target)
-        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() else None
+        hw = tpu_hardware(target, calibration=calibration)
+        multi_slice = hw.slice is not None and hw.slice.slices > 1  # compile-only devices are one slice
+        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() and not multi_slice else None
         result = tune_predicted(rm.dims, hw, space, rm.param_shapes, check, top=compile_top, progress=progress)
-        if check is None:
+        if multi_slice:
+            result.notes.append("multi-slice target: memory fit and times are estimated (no compile check)")
+        elif check is None:
             result.notes.append("libtpu not installed (pip install 'tputool[tpu-compile]'): memory fit and "
                                 "times are estimated from the spec table")
         return result

@@ -54,6 +54,8 @@ def sdpa(impl: str, block: int = 128):
             raise NotImplementedError("attention dropout is not supported by the tuner's attention lowering")
         if impl == "chunked":
             return chunked_attention(q, k, v, attn_mask, is_causal, scale, block)
+        if impl != "plain":
+            raise NotImplementedError(f"attention '{impl}' has no lowering here (cost model only)")
         return plain_attention(q, k, v, attn_mask, is_causal, scale)
 
     return lowering

@@ -77,6 +77,9 @@ class TuneConfig:
         """The `jax.checkpoint` policy of the config's remat setting (None: no remat)."""
         import jax
 
+        if self.candidate.remat not in ("none", "save-dots", "full"):
+            raise UserError(f"remat '{self.candidate.remat}' is a plan for a TPU slice (predicted mode); "
+                            "the measured step runs none, save-dots or full")
         return {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
                 "full": jax.checkpoint_policies.nothing_saveable}[self.candidate.remat]
 
