@@ -422,13 +422,17 @@ def with_unwrap(t: PortBase, orig: cst.With, upd: cst.With):
     return cst.FlattenSentinel(stmts)
 
 
-def string_literal(t: PortBase, orig: cst.SimpleString) -> None:
-    """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only)."""
+def string_literal(t: PortBase, orig: cst.SimpleString, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only: `upd` comes back)."""
+    v = literal(orig)
+    if v and len(v) <= 80:
+        _string_findings(t, orig, v)
+    return upd
+
+
+def _string_findings(t: PortBase, orig: cst.SimpleString, v: str) -> None:
     from tputool.codemods.python.tables import CUDA_ENV_EXACT, CUDA_ENV_PREFIXES, CUDA_VISIBLE
 
-    v = literal(orig)
-    if not v or len(v) > 80:
-        return
     if v in CUDA_VISIBLE:
         t.fire("TPU412", orig)
     elif v in CUDA_ENV_EXACT or v.startswith(CUDA_ENV_PREFIXES):

@@ -96,8 +96,14 @@ def _number(node: cst.BaseExpression) -> float | None:
     return None
 
 
-def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
-    """TPU603 head_dim = 64; TPU604 flops_promised = 312e12 (# A100)."""
+def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign, upd: cst.Assign | cst.AnnAssign
+                 ) -> cst.Assign | cst.AnnAssign:
+    """TPU603 head_dim = 64; TPU604 flops_promised = 312e12 (# A100) (findings only: `upd` comes back)."""
+    _assign_lints(t, orig)
+    return upd
+
+
+def _assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
     if orig.value is None:
         return
     targets = [orig.target] if isinstance(orig, cst.AnnAssign) else [x.target for x in orig.targets]
@@ -116,10 +122,11 @@ def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
         t.fire("TPU604", orig)
 
 
-def dict_lints(t: PortBase, orig: cst.Dict) -> None:
-    """TPU603 in config dicts: {"head_dim": 64}."""
+def dict_lints(t: PortBase, orig: cst.Dict, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """TPU603 in config dicts: {"head_dim": 64} (findings only: `upd` comes back)."""
     from tputool.codemods.python.strings import literal
 
     for e in orig.elements:
         if isinstance(e, cst.DictElement) and (literal(e.key) or "") in DIM_NAMES:
             _dim(t, e, e.value)
+    return upd
