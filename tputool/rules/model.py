@@ -86,6 +86,7 @@ class Port:
     assigns: tuple[str, ...] = ()
     imports: tuple[str, ...] = ()
     fallback: str | None = None
+    fix_note: str | None = None  # the note shown where the statements/unwrap machinery applies the fix
 
 
 @dataclass(frozen=True)

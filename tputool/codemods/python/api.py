@@ -22,6 +22,7 @@ from tputool.codemods.python.tables import (
     Ref,
 )
 from tputool.rules.model import Severity
+from tputool.rules.port import RULES
 
 
 def lookup(q: str) -> tuple[str, Ref] | None:
@@ -365,9 +366,8 @@ def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
 
 
 def _note(code: str) -> str | None:
-    return {"TPU210": "XLA manages TPU memory; drop references to free it",
-            "TPU218": "use torch.profiler.record_function for TPU trace markers",
-            "TPU404": "F.scaled_dot_product_attention stays; the TPU backend picks its kernel"}.get(code)
+    """The note a statement removal or `with` unwrapping of rule `code` carries (its catalogue entry's)."""
+    return RULES[code].port.fix_note
 
 
 def statements(t: PortBase, orig_body, upd_body) -> list | None:
