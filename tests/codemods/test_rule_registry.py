@@ -13,7 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tputool.codemods.python import PYTHON_TRIGGERS, _MASK_TRIGGERS, amp, api, device, dist, perf, registry, transformer
+from tputool.codemods.python import (
+    _MASK_TRIGGERS,
+    PYTHON_TRIGGERS,
+    amp,
+    api,
+    device,
+    dist,
+    perf,
+    registry,
+    transformer,
+)
 from tputool.rules.model import RENAME, FixSafety, Hook, Port
 from tputool.rules.port import RULES
 
