@@ -1,4 +1,5 @@
-"""Every Python rewrite rule of `tputool port` as data: code, name, message, severity, fix safety, class, doc.
+"""Every Python rewrite rule of `tputool port` as data: code, name, message, severity, fix safety, class, doc,
+and how port finds it (`Port`: triggers, matched names, handlers), so a new rule is registered here alone.
 
 Code ranges: TPU1xx device placement, TPU2xx the torch.cuda API, TPU3xx amp and precision,
 TPU4xx backends / distributed / compile, TPU5xx kernels, extensions and third-party CUDA libraries,

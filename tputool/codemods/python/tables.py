@@ -1,5 +1,7 @@
 """Data for the Python rules: qualified-name maps, call-name sets, argument names and patterns.
 
+The per-rule tables (REFS, IMPORT_FINDINGS, STATEMENT_CALLS, WITH_UNWRAP, ASSIGN_TARGETS, the torch.cuda
+catch-all) are derived from the rule catalogue's `Port` entries (registry.py); the rest is handler data.
 `REFS` maps a qualified-name prefix to what a reference to it means. The reference pass looks up the
 longest matching prefix of every outermost dotted name (`torch.cuda.Event` in
 `torch.cuda.Event(enable_timing=True)`), so `torch.cuda.Event.elapsed_time` is covered by the
