@@ -13,6 +13,9 @@ from tputool.codemods.python.tables import (
     AUTOCAST_GENERIC,
     BUILTIN_OP_NAMESPACES,
     CUDA_CATCH_ALL,
+    CUDA_ENV_EXACT,
+    CUDA_ENV_PREFIXES,
+    CUDA_VISIBLE,
     FIND,
     FP16_QNAMES,
     OWNED,
@@ -425,17 +428,12 @@ def with_unwrap(t: PortBase, orig: cst.With, upd: cst.With):
 def string_literal(t: PortBase, orig: cst.SimpleString, upd: cst.BaseExpression) -> cst.BaseExpression:
     """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only: `upd` comes back)."""
     v = literal(orig)
-    if v and len(v) <= 80:
-        _string_findings(t, orig, v)
-    return upd
-
-
-def _string_findings(t: PortBase, orig: cst.SimpleString, v: str) -> None:
-    from tputool.codemods.python.tables import CUDA_ENV_EXACT, CUDA_ENV_PREFIXES, CUDA_VISIBLE
-
+    if not v or len(v) > 80:
+        return upd
     if v in CUDA_VISIBLE:
         t.fire("TPU412", orig)
     elif v in CUDA_ENV_EXACT or v.startswith(CUDA_ENV_PREFIXES):
         t.fire("TPU413", orig, message=f"{v} has no effect on TPU; remove it")
     elif v.split(" ")[0] in ("nvidia-smi", "gpustat"):
         t.fire("TPU512", orig)
+    return upd

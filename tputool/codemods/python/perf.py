@@ -99,13 +99,8 @@ def _number(node: cst.BaseExpression) -> float | None:
 def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign, upd: cst.Assign | cst.AnnAssign
                  ) -> cst.Assign | cst.AnnAssign:
     """TPU603 head_dim = 64; TPU604 flops_promised = 312e12 (# A100) (findings only: `upd` comes back)."""
-    _assign_lints(t, orig)
-    return upd
-
-
-def _assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
     if orig.value is None:
-        return
+        return upd
     targets = [orig.target] if isinstance(orig, cst.AnnAssign) else [x.target for x in orig.targets]
     names = [x.value if isinstance(x, cst.Name) else x.attr.value for x in targets
              if isinstance(x, cst.Name | cst.Attribute)]
@@ -113,13 +108,14 @@ def _assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
         _dim(t, orig, orig.value)
     n = _number(orig.value)
     if n is None or not n >= 1e12:  # both TPU604 conditions need n >= 1e12; checked before the position
-        return
+        return upd
     line = t.pos(orig)[0]
     text = t.lines[line - 1] if 0 < line <= len(t.lines) else ""
     comment = text.split("#", 1)[1] if "#" in text else ""
     flops_name = any("flop" in x.lower() for x in names)
     if flops_name or GPU_MODEL_RE.search(comment):
         t.fire("TPU604", orig)
+    return upd
 
 
 def dict_lints(t: PortBase, orig: cst.Dict, upd: cst.BaseExpression) -> cst.BaseExpression:
