@@ -36,18 +36,19 @@ def parse_choices(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, 
 
 
 def parse_attention(text: str) -> tuple[tuple[str, int], ...]:
-    """`plain,chunked:16,chunked:32` -> (('plain', 0), ('chunked', 16), ('chunked', 32))."""
+    """`plain,chunked:16,splash:512` -> (('plain', 0), ('chunked', 16), ('splash', 512))."""
     out = []
     for item in _items(text):
         impl, _, block = item.partition(":")
         if impl not in ATTENTION_IMPLS:
-            raise UserError(f"--attention: unknown implementation '{impl}' (use plain or chunked:BLOCK)")
+            raise UserError(f"--attention: unknown implementation '{impl}' (use plain, chunked:BLOCK, "
+                            "flash:BLOCK or splash:BLOCK)")
         if impl == "plain":
             out.append(("plain", 0))
         else:
             if not block.isdigit() or int(block) < 1:
-                raise UserError(f"--attention: chunked needs a block size, e.g. chunked:128 (got '{item}')")
-            out.append(("chunked", int(block)))
+                raise UserError(f"--attention: {impl} needs a block size, e.g. {impl}:128 (got '{item}')")
+            out.append((impl, int(block)))
     if not out:
         raise UserError("--attention: empty list")
     return tuple(out)

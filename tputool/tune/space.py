@@ -6,7 +6,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from tputool.tune.candidate import ATTENTION_IMPLS, PRECISIONS, REMAT_POLICIES, Candidate, ModelDims
+from tputool.tune.candidate import (
+    ATTENTION_IMPLS,
+    PRECISIONS,
+    REMAT_POLICIES,
+    Candidate,
+    ModelDims,
+    attention_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -84,12 +91,11 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace) -> Enum
             continue
         for batch, remat, (impl, block), prec in itertools.product(
                 space.batches, space.remats, space.attentions, space.precisions):
-            if impl == "chunked":
+            if impl != "plain":
                 if dims.heads == 0 or dims.seq <= 1:
                     continue  # no attention to chunk: the plain variant covers it
-                if block >= dims.seq or dims.seq % block:
-                    out.rejected.append(Rejected(f"{label} chunked/{block}",
-                                                 f"block {block} does not split seq {dims.seq}", "invalid"))
+                if (why := attention_problem(impl, block, dims.seq)) is not None:
+                    out.rejected.append(Rejected(f"{label} {impl}/{block}", why, "invalid"))
                     continue
             c = Candidate(data=data, fsdp=fsdp, tensor=tensor, batch=batch, remat=remat, attention=impl,
                           block=block, precision=prec)
