@@ -46,7 +46,7 @@ def compile_checker(rm, hw: Hardware, log: XlaLog | None = None) -> Callable[[Ca
 
     def check(c: Candidate) -> float:
         with log.capture(c.key), for_tpu_target():
-            built = build_step(rm.spec, rm.config, c, devices=devices, materialize=False)
+            built = build_step(rm.spec, rm.config, c, devices=devices, materialize=False, scan_layers=True)
             return compiled_bytes(built.lower().compile())
 
     return check
