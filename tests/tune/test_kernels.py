@@ -174,3 +174,34 @@ def test_clear_config_restores_default_sdpa(tmp_path):
     assert runtime.STATE.sdpa_kernel == ("chunked", 16)
     clear_config()
     assert runtime.STATE.sdpa_kernel is None
+
+
+SHARDED = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+from tputool.models import MODELS
+from tputool.tune.candidate import Candidate
+from tputool.tune.step import build_step
+spec = MODELS["llama"]
+cfg = spec.config(max_seq_len=128, n_layers=2)
+losses = []
+for attn, block in (("plain", 0), (sys.argv[1], 128)):
+    c = Candidate(data=2, tensor=2, batch=1, remat="full", attention=attn, block=block, precision="fp32")
+    built = build_step(spec, cfg, c, scan_layers=True)
+    losses.append(float(built.fn(*built.init_args(spec, cfg))[1]))
+print(losses[0], losses[1])
+"""
+
+
+@pytest.mark.parametrize("impl", ["splash", "flash"])
+def test_kernel_runs_per_device_in_a_sharded_scanned_step(impl):
+    """On a data x tensor mesh the kernel runs under shard_map (XLA cannot partition a Pallas kernel)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", SHARDED, impl], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plain, kernel = map(float, proc.stdout.split()[-2:])
+    assert kernel == pytest.approx(plain, rel=1e-5)

@@ -29,13 +29,14 @@ def _noop(*args, **kwargs):
     return None
 
 
-def lowering_table(attention: str, block: int) -> Mapping:
-    """The graph backend's table (the op plan's traced table) with the tuner's own entries on top."""
+def lowering_table(attention: str, block: int, mesh=None) -> Mapping:
+    """The graph backend's table (the op plan's traced table) with the tuner's own entries on top (a Pallas
+    attention kernel runs per device of `mesh`, when given)."""
     from tputool.backend.graph.jaxify import default_table
     from tputool.backend.lowerings import Lowering
 
     own = {
-        aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block)),
+        aten.scaled_dot_product_attention.default: Lowering(sdpa(attention, block, mesh)),
         aten._assert_tensor_metadata.default: Lowering(_noop),
     }
     return ChainMap(own, default_table())
@@ -98,12 +99,13 @@ def _constants(sub: torch.fx.GraphModule) -> dict:
 
 
 def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, remat: str = "none",
-                  constrain: Callable | None = None, scan: bool = False) -> Callable:
+                  constrain: Callable | None = None, scan: bool = False, mesh=None) -> Callable:
     """A JAX function `(params, buffers, *inputs) -> loss` evaluating the exported graph.
 
     `params`/`buffers` are dicts by name in the compute dtype. `constrain(x)` is applied to every array
     leaving a layer segment (e.g. a batch-sharding constraint). With `scan`, runs of identical layers are one
     `jax.lax.scan` over stacked parameters: `params` then take `scan_layout(exp).stack(...)`'s layout.
+    `mesh`: the step's mesh, over which a Pallas attention kernel runs per device.
     """
     import jax
 
@@ -112,7 +114,7 @@ def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, r
     missing = missing_lowerings(exp)
     if missing:
         raise UserError("the tpu backend has no lowering for: " + ", ".join(missing))
-    table = lowering_table(attention, block)
+    table = lowering_table(attention, block, mesh)
     policy = {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
               "full": jax.checkpoint_policies.nothing_saveable}[remat]
     split, layer_of_sub = _split(exp)

@@ -145,7 +145,7 @@ def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None 
             return jax.lax.with_sharding_constraint(x, batch_sharding)
         return x
 
-    loss_fn = loss_function(exp, c.attention, c.block, c.remat, constrain, scan=scan is not None)
+    loss_fn = loss_function(exp, c.attention, c.block, c.remat, constrain, scan=scan is not None, mesh=mesh)
     param_sh = {k: NamedSharding(mesh, P(*specs[k])) for k in master}
     state_sh = {"params": param_sh, "m": param_sh, "v": param_sh, "t": replicated}
     buffers = {k: jnp.asarray(v, compute if v.dtype == np.float32 else None) for k, v in exp.buffers.items()}

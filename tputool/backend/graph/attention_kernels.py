@@ -100,11 +100,14 @@ def plain_attention(q, k, v, mask=None, causal: bool = False, scale: float | Non
 
 @contextlib.contextmanager
 def _kernel_scope(interpret_mode: bool) -> Iterator[None]:
-    """Where a Pallas kernel is traced: 32-bit index arithmetic (the flash kernel's index maps fail with
-    jax_enable_x64, which the backend turns on) and, off TPU, TPU interpret mode."""
+    """Where a Pallas kernel is traced: 32-bit index arithmetic (the kernels' index maps fail to lower with
+    jax_enable_x64, which the backend turns on) and, with `interpret_mode`, Pallas' interpreter."""
     from jax.experimental.pallas import tpu as pltpu
 
-    with jax.enable_x64(False), (pltpu.force_tpu_interpret_mode() if interpret_mode else contextlib.nullcontext()):
+    # `True` rather than TPU InterpretParams: Pallas' plain interpreter (splash's own `interpret=True`), which
+    # has no side effects, so the kernel also works under jax.checkpoint (remat)
+    mode = pltpu.force_tpu_interpret_mode(True) if interpret_mode else contextlib.nullcontext()  # type: ignore[arg-type]
+    with jax.enable_x64(False), mode:
         yield
 
 
@@ -164,10 +167,12 @@ def splash_attention(q, k, v, mask=None, causal: bool = False, scale: float | No
     why = unsupported("splash", block, q.shape[-2], k.shape[-2], mask)
     if why:
         raise ValueError(why)
-    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], bool(causal), block, interpret())
+    interpret_mode = interpret()
+    kernel = jax.vmap(_splash_kernel(q.shape[1], q.shape[2], k.shape[2], bool(causal), block, interpret_mode))
     k, v = expand_kv(q, k, v)
     sc = attention_scale(q.shape[-1], scale)
-    return jax.vmap(kernel)((q * sc).astype(q.dtype), k, v).astype(q.dtype)
+    # (the kernel interprets itself off TPU: its own flag, not TPU interpret mode)
+    return _scoped(kernel, False)((q * sc).astype(q.dtype), k, v).astype(q.dtype)
 
 
 _BY_NAME: dict[str, Callable] = {"plain": plain_attention, "chunked": chunked_attention,
