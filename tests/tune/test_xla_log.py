@@ -21,6 +21,7 @@ def test_fd_level_writes_are_captured_and_summarised(capfd):
     with log.capture("d8f16t2 b2 full splash/512 bf16"):
         os.write(2, REMAT)
         os.write(2, b"E1204 17:27:10.000001   7 spmd_partitioner.cc:630] Sharding 4 is replicated: slow\n")
+        os.write(2, b"WARNING: could not determine TPU accelerator type, please set env var\n")
     err = capfd.readouterr().err
     assert "Involuntary" not in err and "informational" not in err
     assert "not a log line, passed through" in err
@@ -29,6 +30,8 @@ def test_fd_level_writes_are_captured_and_summarised(capfd):
         "XLA warning x3: Involuntary full rematerialization - from d4f32t2 b1 none plain bf16, "
         "d8f16t2 b2 full splash/512 bf16",
         "XLA warning x1: Sharding N is replicated - from d8f16t2 b2 full splash/512 bf16",
+        "XLA warning x1: could not determine TPU accelerator type, please set env var - from d8f16t2 b2 full "
+        "splash/512 bf16",
     ]
 
 

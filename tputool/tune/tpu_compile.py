@@ -41,8 +41,9 @@ def compile_checker(rm, hw: Hardware, log: XlaLog | None = None) -> Callable[[Ca
 
     if hw.slice is None:
         raise ValueError("compile checks need a TPU slice")
-    devices = topology_devices(hw.slice.topology_name)
     log = log if log is not None else XlaLog()
+    with log.capture(f"topology {hw.slice.topology_name}"):  # (libtpu's start-up warnings)
+        devices = topology_devices(hw.slice.topology_name)
 
     def check(c: Candidate) -> float:
         with log.capture(c.key), for_tpu_target():

@@ -3,7 +3,8 @@
 XLA (and libtpu) write warnings such as "Involuntary full rematerialization" straight to file descriptor 2,
 past Python's `sys.stderr`, once per compile: a search compiling dozens of candidates would bury its table.
 `XlaLog.capture(who)` points fd 2 at a temporary file around a compile; absl-formatted warning and error
-lines are kept by kind with the candidate `who` that caused them, everything else is written back to the
+lines (and libtpu's `WARNING: ...` lines) are kept by kind with the candidate `who` that caused them,
+everything else is written back to the
 real stderr unchanged (informational absl lines are dropped). `summary()` gives one line per kind.
 """
 
@@ -19,6 +20,9 @@ from dataclasses import dataclass, field
 
 _ABSL = re.compile(r"^(?P<level>[IWEF])\d{4} [\d:.]+\s+\d+ (?P<where>[\w./-]+:\d+)\] (?P<msg>.*)$")
 """An absl log line: `W1204 17:27:10.123456   4242 hlo_rematerialization.cc:3011] message`."""
+
+_PLAIN = re.compile(r"^(?P<level>WARNING|ERROR): (?P<msg>.*)$")
+"""libtpu's own start-up lines: `WARNING: could not determine TPU accelerator type, ...`."""
 
 SHOWN = 3
 """Candidates named per kind in the summary (then `+N more`)."""
@@ -41,7 +45,7 @@ class XlaLog:
         """File the absl warning/error lines of `text` under `who`; returns the other lines (info dropped)."""
         rest = []
         for line in text.splitlines(keepends=True):
-            m = _ABSL.match(line.rstrip("\n"))
+            m = _ABSL.match(line.rstrip("\n")) or _PLAIN.match(line.rstrip("\n"))
             if m is None:
                 rest.append(line)
                 continue
