@@ -50,6 +50,7 @@ def test_unsupported_calls_and_candidate_rules():
     assert "mask" in ak.unsupported("flash", 128, 128, 128, object())
     assert "divide" in ak.unsupported("splash", 128, 192, 192, None)
     assert "unknown" in ak.unsupported("ring", 128, 128, 128, None)
+    assert "float64" in ak.unsupported("flash", 128, 128, 128, None, np.float64)
     with pytest.raises(ValueError, match="divide"):
         ak.flash_attention(*_qkv(seq=96), block=64)
     assert set(ATTENTION_IMPLS) == set(ak.IMPLS)
@@ -171,7 +172,7 @@ def test_clear_config_restores_default_sdpa(tmp_path):
     p = tmp_path / "t.yaml"
     p.write_text(yaml.safe_dump(TuneConfig(Candidate(attention="chunked", block=16)).to_dict()))
     apply_config(p)
-    assert runtime.STATE.sdpa_kernel == ("chunked", 16)
+    assert runtime.STATE.sdpa_kernel == ("chunked", 16, None)
     clear_config()
     assert runtime.STATE.sdpa_kernel is None
 
@@ -191,7 +192,20 @@ for attn, block in (("plain", 0), (sys.argv[1], 128)):
     c = Candidate(data=2, tensor=2, batch=1, remat="full", attention=attn, block=block, precision="fp32")
     built = build_step(spec, cfg, c, scan_layers=True)
     losses.append(float(built.fn(*built.init_args(spec, cfg))[1]))
-print(losses[0], losses[1])
+# the compiled-graph lowering with a tuned config's mesh (shard_model sets it): per device, same values
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+from tputool.backend import runtime
+from tputool.backend.graph.attention_jax import sdpa_jax
+from tputool.backend.graph.attention_kernels import sdpa_lowering
+mesh = built.mesh
+runtime.STATE.sdpa_kernel = (sys.argv[1], 128, mesh)
+q, k, v = (jax.device_put(jax.random.normal(jax.random.PRNGKey(i), (4, 4, 128, 32), jnp.float32),
+                          NamedSharding(mesh, P(("data", "fsdp"), "tensor"))) for i in range(3))
+got = jax.jit(lambda q, k, v: sdpa_lowering(q, k, v, None, True, None, False))(q, k, v)
+text = jax.jit(lambda q, k, v: sdpa_lowering(q, k, v, None, True, None, False)).lower(q, k, v).as_text()
+want = sdpa_jax(q, k, v, None, True, None, False)
+print(losses[0], losses[1], float(jnp.abs(got - want).max()), "shard_map" in text or "manual" in text.lower())
 """
 
 
@@ -203,5 +217,6 @@ def test_kernel_runs_per_device_in_a_sharded_scanned_step(impl):
 
     proc = subprocess.run([sys.executable, "-c", SHARDED, impl], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    plain, kernel = map(float, proc.stdout.split()[-2:])
-    assert kernel == pytest.approx(plain, rel=1e-5)
+    plain, kernel, diff, manual = proc.stdout.split()[-4:]
+    assert float(kernel) == pytest.approx(float(plain), rel=1e-5)
+    assert float(diff) < 1e-4 and manual == "True"

@@ -41,3 +41,18 @@ def test_real_out_of_memory_is_flagged():
     result = tune_predicted(rm.dims, hw_lying, space, rm.param_shapes, tpu_compile.compile_checker(rm, hw), top=1)
     row = result.rows[0]
     assert row.status == "memory", row.reason
+
+
+def test_pallas_kernel_candidates_compile_natively_for_a_topology():
+    """flash/splash candidates lower as Mosaic kernels (per device, under shard_map) for compile-only TPU
+    devices, in the scanned step; XLA's warnings go to the log, not the terminal."""
+    from tputool.tune import tpu_compile
+    from tputool.tune.api import resolve_model
+    from tputool.tune.hardware import tpu_hardware
+    from tputool.tune.xla_log import XlaLog
+
+    rm = resolve_model("llama", {"max_seq_len": 256, "dim": 256, "n_heads": 2, "n_kv_heads": 1})
+    log = XlaLog()
+    check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"), log)
+    for impl in ("splash", "flash"):
+        assert 0 < check(Candidate(data=4, tensor=2, batch=1, remat="full", attention=impl, block=128)) < 16e9

@@ -67,9 +67,10 @@ class Runtime:
     `reset()` keeps it."""
     compiler_options: dict = field(default_factory=dict)
     """XLA options for computations compiled from now on (`torch.tpu.compiler.custom_compiler_options`)."""
-    sdpa_kernel: tuple[str, int] | None = None
-    """(implementation, block) of `tputool::sdpa` in graphs compiled from now on (`graph/attention_kernels.py`;
-    set by `tputool.tune.apply_config`); None: the default blocked XLA attention."""
+    sdpa_kernel: tuple[str, int, Any] | None = None
+    """(implementation, block, mesh or None) of `tputool::sdpa` in graphs compiled from now on
+    (`graph/attention_kernels.py`; set by `tputool.tune.apply_config`, the mesh by the config's `shard_model`);
+    None: the default blocked XLA attention."""
 
 
 STATE = Runtime()

@@ -67,10 +67,14 @@ class TuneConfig:
         return make_mesh(self.candidate, devices)
 
     def shard_model(self, model, devices: list | None = None):
-        """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs)."""
+        """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs).
+        For the active config, compiled graphs' attention kernel then runs per device of this mesh."""
+        from tputool.backend import runtime
         from tputool.backend.graph.sharding import shard_params
 
         mesh = self.make_mesh(devices)
+        if runtime.STATE.sdpa_kernel is not None and self is _ACTIVE:  # its Pallas kernel runs per device
+            runtime.STATE.sdpa_kernel = (*runtime.STATE.sdpa_kernel[:2], mesh)
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         return mesh, shard_params(model, mesh, partition_specs(shapes, self.mesh_shape, self.logical_to_mesh).specs)
 
@@ -186,7 +190,7 @@ def _set_active(cfg: TuneConfig | None) -> TuneConfig | None:
 
     _ACTIVE = cfg
     c = cfg.candidate if cfg is not None else None
-    runtime.STATE.sdpa_kernel = None if c is None or c.attention == "plain" else (c.attention, c.block)
+    runtime.STATE.sdpa_kernel = None if c is None or c.attention == "plain" else (c.attention, c.block, None)
     return cfg
 
 

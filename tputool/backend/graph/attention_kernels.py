@@ -53,7 +53,7 @@ def interpret() -> bool:
     return not _TPU_TARGET.get() and jax.default_backend() != "tpu"
 
 
-def unsupported(impl: str, block: int, q_len: int, kv_len: int, mask) -> str | None:
+def unsupported(impl: str, block: int, q_len: int, kv_len: int, mask, dtype=None) -> str | None:
     """Why `impl` with `block` cannot compute this attention call (None: it can)."""
     if impl not in IMPLS:
         return f"unknown attention implementation {impl!r} (one of {', '.join(IMPLS)})"
@@ -61,6 +61,8 @@ def unsupported(impl: str, block: int, q_len: int, kv_len: int, mask) -> str | N
         return None
     if mask is not None:
         return f"the {impl} kernel takes no attention mask"
+    if dtype is not None and jnp.dtype(dtype).itemsize > 4:
+        return f"the {impl} kernel takes 16- or 32-bit floats, not {jnp.dtype(dtype).name}"
     if block < 1 or q_len % block or kv_len % block:
         return f"the {impl} kernel's block {block} does not divide the sequence lengths ({q_len}, {kv_len})"
     if block % TPU_LANES and not interpret():
@@ -135,7 +137,7 @@ def flash_attention(q, k, v, mask=None, causal: bool = False, scale: float | Non
     """Attention through JAX's Pallas TPU flash kernel (no mask; `block` divides both sequence lengths)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    why = unsupported("flash", block, q.shape[-2], k.shape[-2], mask)
+    why = unsupported("flash", block, q.shape[-2], k.shape[-2], mask, q.dtype)
     if why:
         raise ValueError(why)
     k, v = expand_kv(q, k, v)
@@ -164,7 +166,7 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int
 
 def splash_attention(q, k, v, mask=None, causal: bool = False, scale: float | None = None, block: int = 128):
     """Attention through JAX's Pallas TPU splash kernel (no mask; `block` divides both sequence lengths)."""
-    why = unsupported("splash", block, q.shape[-2], k.shape[-2], mask)
+    why = unsupported("splash", block, q.shape[-2], k.shape[-2], mask, q.dtype)
     if why:
         raise ValueError(why)
     interpret_mode = interpret()
@@ -173,6 +175,24 @@ def splash_attention(q, k, v, mask=None, causal: bool = False, scale: float | No
     sc = attention_scale(q.shape[-1], scale)
     # (the kernel interprets itself off TPU: its own flag, not TPU interpret mode)
     return _scoped(kernel, False)((q * sc).astype(q.dtype), k, v).astype(q.dtype)
+
+
+def per_device(fn: Callable, mesh, batch_axes: tuple[str, ...], head_axis: str) -> Callable:
+    """`fn(q, k, v, mask, causal, scale, block)` (no mask) run per device of `mesh` under `jax.shard_map`
+    (XLA cannot partition a Pallas kernel): the batch split over `batch_axes` and the heads over `head_axis`
+    where the mesh divides them, replicated otherwise."""
+    from jax.sharding import PartitionSpec as P
+
+    def run(q, k, v, mask, causal, scale, block):
+        n_batch = math.prod(mesh.shape.get(a, 1) for a in batch_axes)
+        t = mesh.shape.get(head_axis, 1)
+        batch = batch_axes if n_batch > 1 and q.shape[0] % n_batch == 0 else None
+        heads = head_axis if t > 1 and q.shape[1] % t == 0 and k.shape[1] % t == 0 else None
+        spec = P(batch, heads, None, None)
+        return jax.shard_map(lambda q, k, v: fn(q, k, v, mask, causal, scale, block), mesh=mesh,
+                             in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+
+    return run
 
 
 _BY_NAME: dict[str, Callable] = {"plain": plain_attention, "chunked": chunked_attention,
@@ -189,12 +209,18 @@ def attention(impl: str) -> Callable:
 
 def sdpa_lowering(query, key, value, attn_mask, is_causal: bool, scale: float | None, enable_gqa: bool):
     """The lowering of `tputool::sdpa`: the implementation `runtime.STATE.sdpa_kernel` names (read while the
-    graph traces) where it can compute the call, else the default blocked attention (`sdpa_jax`)."""
+    graph traces) where it can compute the call, else the default blocked attention (`sdpa_jax`). A Pallas
+    kernel runs per device of the tuned config's mesh once `shard_model` has made one."""
     choice = runtime.STATE.sdpa_kernel
     if choice is not None and choice[0] != "plain":
-        impl, block = choice
-        if unsupported(impl, block, query.shape[-2], key.shape[-2], attn_mask) is None:
-            return attention(impl)(query, key, value, attn_mask, is_causal, scale, block)
+        impl, block, mesh = choice
+        if unsupported(impl, block, query.shape[-2], key.shape[-2], attn_mask, query.dtype) is None:
+            fn = attention(impl)
+            if mesh is not None and impl in KERNELS and mesh.size > 1:
+                from tputool.partition import BATCH_AXES
+
+                fn = per_device(fn, mesh, BATCH_AXES, "tensor")
+            return fn(query, key, value, attn_mask, is_causal, scale, block)
     return sdpa_jax(query, key, value, attn_mask, is_causal, scale, enable_gqa)
 
 
