@@ -209,9 +209,11 @@ print(losses[0], losses[1], float(jnp.abs(got - want).max()), "shard_map" in tex
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["splash", "flash"])
 def test_kernel_runs_per_device_in_a_sharded_scanned_step(impl):
-    """On a data x tensor mesh the kernel runs under shard_map (XLA cannot partition a Pallas kernel)."""
+    """On a data x tensor mesh the kernel runs under shard_map (XLA cannot partition a Pallas kernel), in the
+    tuner's scanned step and in compiled graphs' SDPA (~100 s each in interpret mode)."""
     import subprocess
     import sys
 
