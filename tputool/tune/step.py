@@ -1,7 +1,9 @@
 """One candidate's training step as a sharded `jax.jit`: exported torch loss, grads, AdamW, shardings.
 
 State is fp32 master parameters and AdamW moments, sharded by the candidate's partition plan; the
-forward/backward runs in the candidate's precision; the batch is split over the data x fsdp axes.
+forward/backward runs in the candidate's precision; the batch is split over the data x fsdp axes. With
+`scan_layers` the repeated layers' parameters are stacked (leading layer axis, unsharded) and the layers run
+as one `jax.lax.scan` body (tune/scan.py).
 """
 
 from __future__ import annotations
