@@ -122,6 +122,8 @@ def _try_group(split, run: list[torch.fx.Node], layer_of_sub: dict, sources: dic
     inputs: list[tuple[str, Any]] = []
     for j in range(len(run[0].args)):
         args = [n.args[j] for n in run]
+        if not all(isinstance(a, torch.fx.Node) for a in args):
+            return None
         carry = [k for k in range(n_out) if all(args[i] is outs[i - 1][k] for i in range(1, len(run)))]
         if carry:
             inputs.append(("carry", carry[0]))
@@ -131,7 +133,7 @@ def _try_group(split, run: list[torch.fx.Node], layer_of_sub: dict, sources: dic
             continue
         keys = set()
         for node, a in zip(run, args, strict=True):
-            src = sources.get(a.name) if isinstance(a, torch.fx.Node) else None
+            src = sources.get(a.name)
             if src is None or src[0] != "param" or len(a.users) != 1:
                 return None
             keys.add(_stacked_key(src[1], layer_of_sub[node.target]))
