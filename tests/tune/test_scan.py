@@ -80,3 +80,23 @@ def test_scanned_training_step_matches_unrolled(llama3):
     want = built_s.scan.stack({k: np.asarray(v) for k, v in new_u["params"].items()})
     for k, v in new_s["params"].items():
         np.testing.assert_allclose(np.asarray(v), want[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["moe", "vit"])
+def test_other_layered_models_scan_to_the_same_loss(model):
+    import jax.numpy as jnp
+    import torch
+
+    from tputool.tune.lower import loss_function, scan_layout
+
+    spec = MODELS[model]
+    cfg = spec.config()
+    exp = export_loss(spec, cfg, 2, "fp32")
+    plan = scan_layout(exp)
+    assert plan is not None and [len(g.nodes) for g in plan.groups] == [cfg.n_layers]
+    x, y = spec.example_batch(cfg, 2, "cpu", torch.Generator().manual_seed(0))
+    args = ({k: jnp.asarray(v) for k, v in exp.buffers.items()}, jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
+    params = {k: jnp.asarray(v) for k, v in exp.params.items()}
+    unrolled = loss_function(exp)(params, *args)
+    scanned = loss_function(exp, scan=True)(plan.stack(params), *args)
+    assert float(scanned) == pytest.approx(float(unrolled), rel=1e-6)
