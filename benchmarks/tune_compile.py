@@ -71,8 +71,8 @@ def verdicts(rm, hw, devices, candidates, log) -> list[tuple]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", default="v5e:4x4")
-    ap.add_argument("--unrolled-layers", default="4", help="layer counts compiled unrolled and scanned")
-    ap.add_argument("--verdicts", type=int, default=6, help="candidates whose memory verdicts are compared")
+    ap.add_argument("--unrolled-layers", default="4,8", help="layer counts compiled unrolled and scanned")
+    ap.add_argument("--verdicts", type=int, default=8, help="candidates whose memory verdicts are compared")
     args = ap.parse_args()
 
     from tputool.tune import tpu_compile
@@ -104,12 +104,14 @@ def main() -> int:
                   f"XLA compile {x_s:6.1f} s", flush=True)
 
     print("\n2. memory verdict: cost model vs TPU compiler (scan over layers)")
-    cands = [Candidate(fsdp=n, batch=1, remat="full"), Candidate(fsdp=n, batch=4, remat="none"),
-             Candidate(data=n, batch=1, remat="full"), Candidate(fsdp=n, batch=2, remat="save-dots"),
-             Candidate(fsdp=n // 2, tensor=2, batch=2, remat="full", attention="flash", block=512),
-             Candidate(fsdp=n, batch=8, remat="full", attention="splash", block=1024),
-             Candidate(fsdp=n, batch=2, remat="none", attention="chunked", block=512),
-             Candidate(fsdp=n // 4, tensor=4, batch=4, remat="save-dots")][: args.verdicts]
+    cands = [Candidate(fsdp=n, batch=1, remat="full", attention="splash", block=512),
+             Candidate(fsdp=n, batch=1, remat="full", attention="chunked", block=512),
+             Candidate(fsdp=n, batch=1, remat="full"),
+             Candidate(fsdp=n // 2, tensor=2, batch=1, remat="full", attention="flash", block=512),
+             Candidate(fsdp=n, batch=2, remat="full", attention="splash", block=512),
+             Candidate(fsdp=n // 4, tensor=4, batch=1, remat="full", attention="splash", block=512),
+             Candidate(fsdp=n, batch=4, remat="none"),
+             Candidate(data=n, batch=1, remat="full")][: args.verdicts]
     rows = verdicts(rm32, hw, devices, cands, log)
     agree = sum(r[2] == r[4] for r in rows)
     print(f"memory verdict agreement: {agree}/{len(rows)} = {100 * agree / len(rows):.0f}%")
