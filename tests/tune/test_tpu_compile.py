@@ -16,7 +16,9 @@ def test_compile_for_v5e_topology_reports_tpu_memory():
     from tputool.tune.api import resolve_model
     from tputool.tune.hardware import tpu_hardware
 
-    rm = resolve_model("llama")
+    # parameters and AdamW state dominate (the scanned step's temporaries of a tiny model are noise)
+    rm = resolve_model("llama", {"dim": 512, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4, "ffn_dim": 1408,
+                                 "vocab_size": 8192, "max_seq_len": 128})
     check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"))
     small = check(Candidate(fsdp=8, batch=1))
     bigger = check(Candidate(data=8, batch=8))
