@@ -13,14 +13,30 @@ host memory (MaxText's decoder_layer_input offload). Both are predicted-mode pla
 MEASURED_REMAT_POLICIES = ("none", "save-dots", "full")
 """The policies the measured step can run (lower.py)."""
 
-ATTENTION_IMPLS = ("plain", "chunked", "flash")
-"""plain: materialise the (seq, seq) scores; chunked: query blocks, each recomputed in the backward;
-flash: a Pallas TPU flash-attention kernel with query blocks of `block` (costed by the cost model)."""
+ATTENTION_IMPLS = ("plain", "chunked", "flash", "splash")
+"""plain: materialise the (seq, seq) scores; chunked: query blocks, each recomputed in the backward; flash,
+splash: JAX's Pallas TPU kernels (`tputool.backend.graph.attention_kernels.IMPLS`, the same names; interpret
+mode off TPU) with query blocks of `block`."""
 
 PRECISIONS = ("bf16", "fp32")
 """Compute dtype of the forward/backward (the master weights and optimizer state stay fp32)."""
 
 MESH_AXES = ("data", "fsdp", "tensor")
+
+KERNEL_LANES = 128
+"""The Pallas attention kernels' blocks are multiples of this on a TPU (the vector lane width)."""
+
+
+def attention_problem(impl: str, block: int, seq: int) -> str | None:
+    """Why attention `impl` with `block` is no candidate for sequence length `seq` (None: it is one)."""
+    if impl == "chunked" and (block >= seq or seq % block):
+        return f"block {block} does not split seq {seq}"
+    if impl in ("flash", "splash"):
+        if block > seq or seq % block:
+            return f"{impl} block {block} does not divide seq {seq}"
+        if block % KERNEL_LANES:
+            return f"{impl} block {block} is not a multiple of {KERNEL_LANES} (the TPU lane width)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,7 @@ class Candidate:
     batch: int = 1
     remat: str = "none"
     attention: str = "plain"
-    block: int = 0  # query block size for chunked attention
+    block: int = 0  # query block of chunked attention; the block size of the flash/splash kernels
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -68,8 +84,13 @@ class Candidate:
     @property
     def key(self) -> str:
         """A short stable label, e.g. `d2f4t1 b4 save-dots chunked/16 bf16`."""
-        attn = f"{self.attention}/{self.block}" if self.attention != "plain" else "plain"
-        return (f"d{self.data}f{self.fsdp}t{self.tensor} b{self.batch} {self.remat} {attn} {self.precision}")
+        return (f"d{self.data}f{self.fsdp}t{self.tensor} b{self.batch} {self.remat} {self.attention_label} "
+                f"{self.precision}")
+
+    @property
+    def attention_label(self) -> str:
+        """`plain`, or the implementation and its block: `chunked/16`, `splash/512`."""
+        return "plain" if self.attention == "plain" else f"{self.attention}/{self.block}"
 
     def to_dict(self) -> dict:
         """Plain dict for YAML/JSON."""

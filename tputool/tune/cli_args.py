@@ -36,7 +36,7 @@ def parse_choices(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, 
 
 
 def parse_attention(text: str) -> tuple[tuple[str, int], ...] | None:
-    """`plain,chunked:512,flash:1024` -> (('plain', 0), ('chunked', 512), ('flash', 1024)); `auto` -> None
+    """`plain,chunked:512,splash:1024` -> (('plain', 0), ('chunked', 512), ('splash', 1024)); `auto` -> None
     (choose from the sequence length)."""
     if text.strip() == "auto":
         return None
@@ -44,8 +44,8 @@ def parse_attention(text: str) -> tuple[tuple[str, int], ...] | None:
     for item in _items(text):
         impl, _, block = item.partition(":")
         if impl not in ATTENTION_IMPLS:
-            raise UserError(f"--attention: unknown implementation '{impl}' (use auto, plain, chunked:BLOCK "
-                            "or flash:BLOCK)")
+            raise UserError(f"--attention: unknown implementation '{impl}' (use auto, plain, chunked:BLOCK, "
+                            "flash:BLOCK or splash:BLOCK)")
         if impl == "plain":
             out.append(("plain", 0))
         else:

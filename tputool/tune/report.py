@@ -46,7 +46,7 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     rows = sorted((r for r in result.rows if r.status not in ("memory", "failed")), key=key)[:limit]
     for i, r in enumerate(rows, 1):
         c, e = r.candidate, r.estimate
-        attn = f"{c.attention}/{c.block}" if c.attention != "plain" else "plain"
+        attn = c.attention_label
         status = r.status + (" *" if result.winner is r else "")
         cells = [str(i), f"{c.data}/{c.fsdp}/{c.tensor}", str(c.batch), c.remat, attn, c.precision,
                  _fmt_rate(e.tokens_per_s), f"{e.step_s * 1e3:.2f} ms", f"{100 * e.mfu:.1f}%", f"{100 * e.mfu_maxtext:.1f}%",

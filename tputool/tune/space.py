@@ -13,6 +13,7 @@ from tputool.tune.candidate import (
     REMAT_POLICIES,
     Candidate,
     ModelDims,
+    attention_problem,
 )
 
 
@@ -40,7 +41,7 @@ MIN_CHUNK = 512
 PLAIN_MAX_SEQ = 2048
 """Above this sequence length plain attention's (seq x seq) scores are not a candidate by default."""
 
-KERNEL_IMPLS = ("flash",)
+KERNEL_IMPLS = ("flash", "splash")
 """Pallas TPU attention kernels: candidates for a TPU target (predicted mode)."""
 
 
@@ -132,17 +133,15 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels
             batches = (space.global_batch // shards,)
         for batch, remat, (impl, block), prec in itertools.product(
                 batches, remats, attentions, space.precisions):
-            if not kernels and (impl in KERNEL_IMPLS or remat not in MEASURED_REMAT_POLICIES):
-                what = impl if impl in KERNEL_IMPLS else f"remat {remat}"
-                out.rejected.append(Rejected(what, "a TPU plan: predicted mode (--target) only; the measured step "
-                                             "runs plain/chunked attention and none/save-dots/full remat", "invalid"))
+            if not kernels and remat not in MEASURED_REMAT_POLICIES:
+                out.rejected.append(Rejected(f"remat {remat}", "a TPU plan: predicted mode (--target) only; the "
+                                             "measured step runs none/save-dots/full remat", "invalid"))
                 continue
             if impl != "plain":
                 if dims.heads == 0 or dims.seq <= 1:
                     continue  # no attention to chunk: the plain variant covers it
-                if block >= dims.seq or dims.seq % block:
-                    out.rejected.append(Rejected(f"{label} chunked/{block}",
-                                                 f"block {block} does not split seq {dims.seq}", "invalid"))
+                if (why := attention_problem(impl, block, dims.seq)) is not None:
+                    out.rejected.append(Rejected(f"{label} {impl}/{block}", why, "invalid"))
                     continue
             c = Candidate(data=data, fsdp=fsdp, tensor=tensor, batch=batch, remat=remat, attention=impl,
                           block=block, precision=prec)

@@ -37,27 +37,11 @@ SPLASH_BLOCK = 128
 
 # ---- attention -----------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=64)
-def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool) -> Callable:
-    """JAX's splash kernel for one shape and mask, over (heads, seq, dim) arrays (interpret mode off TPU)."""
-    from jax.experimental.pallas.ops.tpu import splash_attention as sa
-
-    blk = SPLASH_BLOCK
-    sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk, block_kv_dkv=blk,
-                          block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
-    one = sa.CausalMask((q_len, kv_len)) if causal else sa.FullMask((q_len, kv_len))
-    with jax.ensure_compile_time_eval():  # (concrete mask arrays, though built while a computation traces)
-        return sa.make_splash_mha_single_device(sa.MultiHeadMask([one] * heads), block_sizes=sizes,
-                                                interpret=jax.devices()[0].platform != "tpu")
-
-
 def _splash_attention(q, k, v, *, causal: bool, scale: float):
-    """(batch, heads, seq, dim) attention through the splash kernel (built while JAX traces: static shapes)."""
-    from tputool.backend.graph.attention_jax import expand_kv
+    """(batch, heads, seq, dim) attention through the splash kernel (graph/attention_kernels.py)."""
+    from tputool.backend.graph.attention_kernels import splash_attention
 
-    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal)
-    k, v = expand_kv(q, k, v)
-    return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v).astype(q.dtype)
+    return splash_attention(q, k, v, None, causal, scale, SPLASH_BLOCK)
 
 
 def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, is_causal: bool = False,
