@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tputool.tune.candidate import Candidate, ModelDims
@@ -91,20 +93,22 @@ def test_attention_defaults_scale_with_the_sequence():
     long = default_attentions(8192)
     assert ("plain", 0) not in long  # a (8192 x 8192) score matrix per head is not a default
     assert long and all(impl == "chunked" and 512 <= blk < 8192 and 8192 % blk == 0 for impl, blk in long)
-    assert {impl for impl, _ in default_attentions(8192, kernels=True)} == {"chunked", "flash"}
+    assert {impl for impl, _ in default_attentions(8192, kernels=True)} == {"chunked", "flash", "splash"}
     short = default_attentions(64)
     assert ("plain", 0) in short and all(blk in (0, 16) for _, blk in short)
 
 
 def test_global_batch_sets_the_batch_per_mesh_and_tpu_plans_stay_predicted():
-    space = SearchSpace(global_batch=8, remats=("full", "offload"), attentions=(("plain", 0), ("flash", 16)),
+    dims = dataclasses.replace(DIMS, seq=256)  # a Pallas kernel block is a multiple of 128 dividing seq
+    space = SearchSpace(global_batch=8, remats=("full", "offload"), attentions=(("plain", 0), ("flash", 128)),
                         precisions=("bf16",))
-    enum = enumerate_space(DIMS, 8, space)
+    enum = enumerate_space(dims, 8, space)
     assert enum.candidates and all(c.global_batch == 8 for c in enum.candidates)
-    assert {(c.remat, c.attention) for c in enum.candidates} == {("full", "plain")}
+    # measured mode runs a kernel asked for by name (interpret mode off TPU), never a TPU-only remat plan
+    assert {(c.remat, c.attention) for c in enum.candidates} == {("full", "plain"), ("full", "flash")}
     assert any("predicted mode (--target) only" in r.reason for r in enum.rejected)
-    predicted = enumerate_space(DIMS, 8, space, kernels=True)
+    predicted = enumerate_space(dims, 8, space, kernels=True)
     assert {c.attention for c in predicted.candidates} == {"plain", "flash"}
     assert {c.remat for c in predicted.candidates} == {"full", "offload"}
-    reasons = {r.what: r.reason for r in enumerate_space(DIMS, 16, space, kernels=True).rejected}
+    reasons = {r.what: r.reason for r in enumerate_space(dims, 16, space, kernels=True).rejected}
     assert reasons["mesh d16f1t1"] == "global batch 8 does not split over data x fsdp = 16"
