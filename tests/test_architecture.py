@@ -61,3 +61,48 @@ def test_only_the_cli_imports_typer():
     users = [str(rel) for rel, src in _modules()
              if any(n.split(".")[0] == "typer" for n in _imported(rel, ast.parse(src)))]
     assert users and all(u.startswith("cli/") for u in users), users
+
+
+_CODE = re.compile(r"TPU[0-9]{3}")
+# What codemods/python derives from the catalogue (tputool/rules/port.py) rather than lists itself.
+_DERIVED = {"PYTHON_TRIGGERS", "CALL_HANDLERS", "REFS", "CUDA_CATCH_ALL", "IMPORT_FINDINGS", "STATEMENT_CALLS",
+            "WITH_UNWRAP", "ASSIGN_TARGETS", "WORD_TRIGGERS", "NARROWED"}
+
+
+def _literal_codes(node: ast.AST) -> int:
+    elts = [*node.keys, *node.values] if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+    return sum(isinstance(e, ast.Constant) and isinstance(e.value, str) and bool(_CODE.fullmatch(e.value))
+               for e in elts)
+
+
+def test_a_port_rule_is_registered_in_one_place():
+    # Places a new port rule must be registered: 1, its entry in rules/port.py (metadata, doc, example, triggers,
+    # matched names, handler names). The rewriter holds no table of rule codes (a dict, set, list or tuple literal
+    # naming two or more codes) and no literal of what it derives from the catalogue; a handler names the one
+    # code it fires where it fires it.
+    tables, literal_derived = [], []
+    for rel, src in _modules():
+        if rel.parts[0] != "codemods":
+            continue
+        tree = ast.parse(src)
+        tables += [f"{rel}:{n.lineno}" for n in ast.walk(tree)
+                   if isinstance(n, ast.Dict | ast.Set | ast.List | ast.Tuple) and _literal_codes(n) >= 2]
+        for n in tree.body:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id in _DERIVED for t in targets) and _hand_written(n.value):
+                literal_derived.append(f"{rel}:{n.lineno}")
+    assert not tables, f"tables of rule codes outside the catalogue: {tables}"
+    assert not literal_derived, f"listed by hand, not derived from the catalogue: {literal_derived}"
+
+
+def _hand_written(value: ast.AST | None) -> bool:
+    """A collection literal (or frozenset/tuple/dict of one) listing two or more constants or handler references."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.args:
+        value = value.args[0]
+    if isinstance(value, ast.Dict):
+        elts = [*value.keys, *value.values]
+    elif isinstance(value, ast.Set | ast.List | ast.Tuple):
+        elts = value.elts
+    else:
+        return False
+    return sum(isinstance(e, ast.Constant | ast.Attribute) for e in elts) >= 2

@@ -1,4 +1,4 @@
-"""torch.distributed backends "tpu"/"tpu_dist": world-size-1 collectives, DDP, and the multi-process refusal."""
+"""torch.distributed backends "tpu"/"tpu_dist": world-size-1 collectives, DDP, and a late multi-process start."""
 
 from __future__ import annotations
 
@@ -56,7 +56,11 @@ def test_ddp_gradients_match_the_plain_model(group, dev: str) -> None:
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
 
 
-def test_more_than_one_process_is_refused_with_the_reason() -> None:
+def test_more_than_one_process_after_jax_started_says_to_init_first(tpu_device: str) -> None:
+    """World size > 1 starts JAX's distributed runtime, which must come before JAX's backend: a process that
+    already ran a tpu op is told to call init_process_group first (the multi-process groups themselves are
+    tested in test_distributed_multiprocess.py)."""
+    torch.zeros(1, device=tpu_device).cpu()
     create = distributed._creator("tpu")
-    with pytest.raises(RuntimeError, match="jax.distributed.initialize"):
+    with pytest.raises(RuntimeError, match="before the first tpu op"):
         create(dist.HashStore(), 0, 2, None)

@@ -25,16 +25,6 @@ SAMPLE = ROOT / "fixtures" / "sample_repo"
 NPROC = 2
 LOSS_TOL = {"rtol": 1e-4, "atol": 1e-5}
 PARAM_TOL = {"rtol": 1e-3, "atol": 1e-3}
-REFUSED = "needs JAX's multi-process runtime"
-"""What the single-rank tpu group says when a world of more than one process is asked of it."""
-
-
-class MultiProcessRefused(AssertionError):
-    """The tpu group refused world_size > 1 (the multi-process group is issue 18 part A)."""
-
-
-NEEDS_PART_A = pytest.mark.xfail(reason="needs the multi-process tpu group (issue 18 part A)", strict=True,
-                                 raises=MultiProcessRefused)
 
 
 def _free_port() -> int:
@@ -53,8 +43,6 @@ def torchrun(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Compl
 
 
 def _check(run: subprocess.CompletedProcess, device: str) -> None:
-    if run.returncode != 0 and device == "tpu" and REFUSED in run.stderr:
-        raise MultiProcessRefused(run.stderr[-2000:])
     assert run.returncode == 0, run.stderr[-4000:]
 
 
@@ -65,7 +53,6 @@ def _ranks(mode: str, device: str, tmp_path: Path) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt") for r in range(NPROC)]
 
 
-@NEEDS_PART_A
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_two_process_training_matches_gloo_on_cpu(mode: str, tmp_path: Path) -> None:
     cpu = _ranks(mode, "cpu", tmp_path)
@@ -77,7 +64,6 @@ def test_two_process_training_matches_gloo_on_cpu(mode: str, tmp_path: Path) -> 
         torch.testing.assert_close(got["state"], want["state"], **PARAM_TOL)
 
 
-@NEEDS_PART_A
 def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> None:
     cpu = _ranks("compiled", "cpu", tmp_path)
     torch.testing.assert_close(cpu[0]["compiled"], cpu[0]["eager"])
@@ -89,7 +75,6 @@ def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> N
 
 
 @pytest.mark.slow  # (~1 min; the one-process run of the same port is in tests/test_end_to_end.py)
-@NEEDS_PART_A
 def test_ported_sample_repo_trains_under_torchrun_on_tpu(tmp_path: Path) -> None:
     from tputool.cli import app
 

@@ -26,36 +26,28 @@ from tputool.models import MODELS
 STEPS = 3
 LOSS_TOL = {"rtol": 1e-4, "atol": 1e-5}
 PARAM_TOL = {"rtol": 1e-3, "atol": 1e-3}
-GROUP_NAME_MISSING = ("the tpu process group has no name (a Python ProcessGroup subclass must keep the name "
-                      "torch.distributed gives it: DeviceMesh and functional collectives look groups up by name); "
-                      "distributed.py, issue 18 part A")
 
 
 @contextmanager
-def one_rank(dev: str, needs_name: bool = False) -> Iterator[None]:
+def one_rank(dev: str) -> Iterator[None]:
     """A world of one rank for `dev`: gloo for CPU tensors, the tpu group for tpu tensors."""
     distributed.register()
     dist.init_process_group("gloo" if dev == "cpu" else "tpu", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        if needs_name:
-            try:
-                _ = dist.group.WORLD.group_name
-            except RuntimeError:
-                pytest.xfail(GROUP_NAME_MISSING)
+        assert dist.group.WORLD.group_name  # DeviceMesh/FSDP2/funcol find groups by name
         yield
     finally:
         dist.destroy_process_group()
 
 
-def _llama_steps(dev: str, wrap: Callable[[torch.nn.Module, str], torch.nn.Module],
-                 needs_name: bool = False) -> tuple[list[float], dict[str, torch.Tensor]]:
+def _llama_steps(dev: str, wrap: Callable[[torch.nn.Module, str], torch.nn.Module]) -> tuple[list[float], dict[str, torch.Tensor]]:
     """STEPS AdamW steps of the tiny Llama on `dev`, wrapped by `wrap`: (losses, final weights on CPU)."""
     spec = MODELS["llama"]
     cfg = spec.config()
     torch.manual_seed(0)
     base = spec.build(cfg)
     x, y = spec.example_batch(cfg, 4, "cpu", torch.Generator().manual_seed(0))
-    with one_rank(dev, needs_name):
+    with one_rank(dev):
         model = wrap(copy.deepcopy(base).to(dev), dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         losses = []
@@ -93,13 +85,13 @@ def test_ddp_trains_the_llama_as_gloo_on_cpu(tpu_device: str) -> None:
 
 def test_fsdp2_trains_the_llama_as_gloo_on_cpu(tpu_device: str) -> None:
     cpu = _llama_steps("cpu", _fsdp2)
-    _assert_same_training(cpu, _llama_steps(tpu_device, _fsdp2, needs_name=True))
+    _assert_same_training(cpu, _llama_steps(tpu_device, _fsdp2))
 
 
 def _dtensor_ops(dev: str) -> list[torch.Tensor]:
     x = torch.arange(24.0).view(4, 6)
     w = torch.linspace(-1, 1, 12).view(6, 2)
-    with one_rank(dev, needs_name=True):
+    with one_rank(dev):
         mesh = init_device_mesh(dev, (1,))
         d = distribute_tensor(x.to(dev), mesh, [Shard(0)])
         assert d.to_local().device.type == dev and d.placements == (Shard(0),)
@@ -174,7 +166,7 @@ def test_distributed_checkpoint_round_trip_of_model_and_optimizer(tpu_device: st
 
 
 def test_distributed_checkpoint_of_fsdp2_dtensor_state(tpu_device: str, tmp_path) -> None:
-    with one_rank(tpu_device, needs_name=True):
+    with one_rank(tpu_device):
         model = _fsdp2(_trained(tpu_device, 0)[0], tpu_device)
         sd = model.state_dict()
         assert all(isinstance(v, DTensor) for v in sd.values())
@@ -200,7 +192,7 @@ def _collectives(x: torch.Tensor) -> torch.Tensor:
 
 def _compiled_collectives(dev: str) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.arange(6.0).view(2, 3)
-    with one_rank(dev, needs_name=True):
+    with one_rank(dev):
         backend = "tpu" if dev != "cpu" else "aot_eager"
         torch._dynamo.reset()
         compiled = torch.compile(_collectives, backend=backend, fullgraph=True)

@@ -268,8 +268,8 @@ def test_collectives_along_a_dim_in_one_process(tpu_device, monkeypatch):
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
-    with pytest.raises(NotImplementedError, match="world size 4: collectives between processes"):
-        torch.tpu.ops.all_gather_dim(tx, 0)
+    with pytest.raises(ValueError, match="dimension 1 of size 6 does not split into 4 equal parts"):
+        torch.tpu.ops.reduce_scatter_dim(tx, 1)  # (across processes: tests/backend/fixtures/dist_worker.py)
 
 
 def test_optimization_barrier_keeps_values_and_structure(tpu_device):

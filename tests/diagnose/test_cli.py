@@ -33,10 +33,18 @@ def test_missing_script_is_a_one_line_error():
     assert proc.stderr.strip() == "error: no such script: no/such/script.py"
 
 
-def test_bad_format_and_fail_on_are_user_errors(tmp_path):
+def test_bad_max_steps_is_a_user_error(tmp_path):
     p = _script(tmp_path, "pass\n")
-    for extra in (["--format", "xml"], ["--fail-on", "loud"], ["--max-steps", "0"]):
-        assert isinstance(runner.invoke(app, ["diagnose", str(p), *extra]).exception, UserError)
+    assert isinstance(runner.invoke(app, ["diagnose", str(p), "--max-steps", "0"]).exception, UserError)
+
+
+def test_format_and_fail_on_are_choices(tmp_path):
+    # Typer enums: a bad value is a usage error (exit status 2, nothing run) naming the choices.
+    p = _script(tmp_path, "pass\n")
+    for option, bad, choices in (("--format", "xml", "text, json"), ("--fail-on", "loud", "error, warning, info")):
+        r = runner.invoke(app, ["diagnose", str(p), option, bad])
+        assert r.exit_code == 2, r.output
+        assert r.output == f"error: {option} must be one of {choices}, not '{bad}'\n"
 
 
 def test_json_report_schema_and_host_sync(monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tputool.tune.candidate import Candidate, ModelDims
@@ -83,3 +85,30 @@ def test_spearman():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+
+
+def test_attention_defaults_scale_with_the_sequence():
+    from tputool.tune.space import default_attentions
+
+    long = default_attentions(8192)
+    assert ("plain", 0) not in long  # a (8192 x 8192) score matrix per head is not a default
+    assert long and all(impl == "chunked" and 512 <= blk < 8192 and 8192 % blk == 0 for impl, blk in long)
+    assert {impl for impl, _ in default_attentions(8192, kernels=True)} == {"chunked", "flash", "splash"}
+    short = default_attentions(64)
+    assert ("plain", 0) in short and all(blk in (0, 16) for _, blk in short)
+
+
+def test_global_batch_sets_the_batch_per_mesh_and_tpu_plans_stay_predicted():
+    dims = dataclasses.replace(DIMS, seq=256)  # a Pallas kernel block is a multiple of 128 dividing seq
+    space = SearchSpace(global_batch=8, remats=("full", "offload"), attentions=(("plain", 0), ("flash", 128)),
+                        precisions=("bf16",))
+    enum = enumerate_space(dims, 8, space)
+    assert enum.candidates and all(c.global_batch == 8 for c in enum.candidates)
+    # measured mode runs a kernel asked for by name (interpret mode off TPU), never a TPU-only remat plan
+    assert {(c.remat, c.attention) for c in enum.candidates} == {("full", "plain"), ("full", "flash")}
+    assert any("predicted mode (--target) only" in r.reason for r in enum.rejected)
+    predicted = enumerate_space(dims, 8, space, kernels=True)
+    assert {c.attention for c in predicted.candidates} == {"plain", "flash"}
+    assert {c.remat for c in predicted.candidates} == {"full", "offload"}
+    reasons = {r.what: r.reason for r in enumerate_space(dims, 16, space, kernels=True).rejected}
+    assert reasons["mesh d16f1t1"] == "global batch 8 does not split over data x fsdp = 16"

@@ -16,7 +16,9 @@ def test_compile_for_v5e_topology_reports_tpu_memory():
     from tputool.tune.api import resolve_model
     from tputool.tune.hardware import tpu_hardware
 
-    rm = resolve_model("llama")
+    # parameters and AdamW state dominate (the scanned step's temporaries of a tiny model are noise)
+    rm = resolve_model("llama", {"dim": 512, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4, "ffn_dim": 1408,
+                                 "vocab_size": 8192, "max_seq_len": 128})
     check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"))
     small = check(Candidate(fsdp=8, batch=1))
     bigger = check(Candidate(data=8, batch=8))
@@ -41,3 +43,18 @@ def test_real_out_of_memory_is_flagged():
     result = tune_predicted(rm.dims, hw_lying, space, rm.param_shapes, tpu_compile.compile_checker(rm, hw), top=1)
     row = result.rows[0]
     assert row.status == "memory", row.reason
+
+
+def test_pallas_kernel_candidates_compile_natively_for_a_topology():
+    """flash/splash candidates lower as Mosaic kernels (per device, under shard_map) for compile-only TPU
+    devices, in the scanned step; XLA's warnings go to the log, not the terminal."""
+    from tputool.tune import tpu_compile
+    from tputool.tune.api import resolve_model
+    from tputool.tune.hardware import tpu_hardware
+    from tputool.tune.xla_log import XlaLog
+
+    rm = resolve_model("llama", {"max_seq_len": 256, "dim": 256, "n_heads": 2, "n_kv_heads": 1})
+    log = XlaLog()
+    check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"), log)
+    for impl in ("splash", "flash"):
+        assert 0 < check(Candidate(data=4, tensor=2, batch=1, remat="full", attention=impl, block=128)) < 16e9

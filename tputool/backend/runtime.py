@@ -8,6 +8,7 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   in_flight           arrays dispatched but not yet waited for (`tputool.backend.tensor`);
   mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`);
   compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options;
+  sdpa_kernel         the attention implementation compiled graphs' SDPA uses (set by a tuned config);
   asserts             device-side index checks waiting for the next sync point (`tputool.backend.asserts`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
@@ -66,6 +67,10 @@ class Runtime:
     `reset()` keeps it."""
     compiler_options: dict = field(default_factory=dict)
     """XLA options for computations compiled from now on (`torch.tpu.compiler.custom_compiler_options`)."""
+    sdpa_kernel: tuple[str, int, Any] | None = None
+    """(implementation, block, mesh or None) of `tputool::sdpa` in graphs compiled from now on
+    (`graph/attention_kernels.py`; set by `tputool.tune.apply_config`, the mesh by the config's `shard_model`);
+    None: the default blocked XLA attention."""
 
 
 STATE = Runtime()
@@ -100,13 +105,14 @@ def set_mode(mode: EagerMode) -> None:
 
 def reset() -> None:
     """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
-    the default random seed, no compiler options, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    the default random seed, no compiler options or SDPA kernel, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
     STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
     STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
     STATE.compiler_options = {}
+    STATE.sdpa_kernel = None
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)

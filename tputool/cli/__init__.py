@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 from tputool import __version__
 from tputool.errors import UserError
 
-_NOT_ONE_OF = re.compile(r"^(.*) is not one of (.*?)\.?$")
+_NOT_ONE_OF = re.compile(r"^(?:Value error, )?(.*) is not one of (.*?)\.?$")
 
 
 def _one_line(e: Exception) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tputool.errors import UserError
+from tputool.cli.choices import FailOn, TextOrJson
 
 
 def diagnose(
@@ -14,21 +14,16 @@ def diagnose(
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop cleanly after N optimizer steps."),
     static: bool = typer.Option(False, "--static", help="Only the static analysis; do not run the script."),
     no_static: bool = typer.Option(False, "--no-static", help="Skip the static analysis of the script."),
-    fmt: str = typer.Option("text", "--format", help="text or json (schema tputool.diagnose/1)."),
-    fail_on: str = typer.Option("warning", "--fail-on", help="Exit 1 on runtime findings of this severity "
-                                "or worse: info, warning, error."),
+    fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.diagnose/1)."),
+    fail_on: FailOn = typer.Option(FailOn.warning, "--fail-on", case_sensitive=False,
+                                   help="Exit 1 on runtime findings of this severity or worse: info, warning, error."),
 ) -> None:
     from tputool.diagnose import diagnose as run_diagnose
     from tputool.diagnose.exits import exit_status
     from tputool.diagnose.report import render_text, to_json
     from tputool.rules.model import Severity
 
-    if fmt not in ("text", "json"):
-        raise UserError(f"--format must be text or json, not {fmt!r}")
-    names = {str(s): s for s in Severity}
-    if fail_on.lower() not in names:
-        raise UserError(f"--fail-on must be one of {', '.join(names)}, not {fail_on!r}")
-    threshold = names[fail_on.lower()]
+    threshold = {str(s): s for s in Severity}[fail_on.value]
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from tputool.cli.choices import TextOrJson
 from tputool.errors import UserError
 
 HELP = """Run SCRIPT on the reference device (its `tpu` mapped to CPU) and on tpu, with the same seeds and data,
@@ -30,14 +31,12 @@ def parity(
                                        "(default 8, times 1+step)."),
     device: str | None = typer.Option(None, "--device", help="With `record`: the reference device (cpu, cuda)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Stop each run after this many seconds."),
-    fmt: str = typer.Option("text", "--format", help="text or json (schema tputool.parity/1)."),
+    fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.parity/1)."),
 ) -> None:
     from tputool.parity import parity as run_parity
     from tputool.parity import record_reference
     from tputool.parity.report import exit_status, render_text, to_json
 
-    if fmt not in ("text", "json"):
-        raise UserError(f"--format must be text or json, not {fmt!r}")
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]

@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from tputool.cli.choices import FailOn, TextOrJson
 from tputool.errors import UserError
 
 _PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).")
@@ -181,19 +182,7 @@ class CheckFormat(enum.StrEnum):
     github = "github"
 
 
-class FailOn(enum.StrEnum):
-    """check --fail-on."""
-
-    error = "error"
-    warning = "warning"
-    info = "info"
-
-
-class RulesFormat(enum.StrEnum):
-    """rules --format."""
-
-    text = "text"
-    json = "json"
+RulesFormat = TextOrJson  # rules --format
 
 
 _MAX_SIZE_HELP = "Skip files bigger than this (bytes, or 500K, 2MB; default 1MB) with a TPU940 finding."

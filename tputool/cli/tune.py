@@ -15,21 +15,34 @@ def tune_cmd(
     cpu_devices: int = typer.Option(None, "--cpu-devices", help="Measure on N simulated CPU devices."),
     fraction: float = typer.Option(1 / 3, "--fraction", show_default="1/3", help="Largest share of candidates to run (measured mode)."),
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes per data shard to try."),
-    remat: str = typer.Option("none,save-dots,full", "--remat", help="Remat policies to try."),
-    attention: str = typer.Option("plain,chunked:16", "--attention", help="Attention implementations to try."),
+    remat: str = typer.Option("auto", "--remat", help="Remat policies to try (none, save-dots, save-qkv, full, "
+                              "offload); auto: all a mode can run."),
+    attention: str = typer.Option("auto", "--attention", help="Attention implementations to try (plain, "
+                                  "chunked:BLOCK, flash:BLOCK); auto: chosen from the sequence length."),
     precision: str = typer.Option("bf16,fp32", "--precision", help="Compute precisions to try."),
     max_tensor: int = typer.Option(None, "--max-tensor", help="Largest tensor-parallel axis to consider."),
     mesh: str = typer.Option(None, "--mesh", help="Only these meshes, e.g. d8f1t1,d2f4t1 (default: all)."),
     hbm_gb: float = typer.Option(None, "--hbm-gb", help="Memory per device for measured mode (GB)."),
     steps: int = typer.Option(3, "--steps", help="Profiled steps per measured candidate."),
     set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
+    global_batch: int = typer.Option(None, "--global-batch", help="Sequences per step (replaces --batch)."),
+    calibration: str = typer.Option(None, "--calibration", help="Achievable fractions per chip (a YAML "
+                                    "written by --calibrate); default: the fit on published runs."),
+    calibrate: str = typer.Option(None, "--calibrate", help="Refit the fractions from a profiler trace "
+                                  "directory of a real run, write them to --out, and report."),
+    config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
     limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
 ) -> None:
     """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
     from tputool.profile.devices import host_only_jax, use_cpu_devices
     from tputool.tune.cli_args import build_space, parse_overrides
 
-    space = build_space(batch, remat, attention, precision, max_tensor, mesh)
+    if calibrate is not None:
+        from tputool.tune.trace_calibrate import calibrate_cmd
+
+        calibrate_cmd(calibrate, model, parse_overrides(set_), out, target, cpu_devices, config)
+        return
+    space = build_space(batch, remat, attention, precision, max_tensor, mesh, global_batch)
     if target is None:
         use_cpu_devices(cpu_devices)
     else:
@@ -49,10 +62,17 @@ def tune_cmd(
             bar.update(task, total=n, completed=i, description=f"{row.candidate.key}: {row.status}")
 
         result = tune_model(model, target=target, overrides=parse_overrides(set_), space=space, fraction=fraction,
-                            hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress)
+                            hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress,
+                            calibration=calibration)
     print_result(result, console, limit)
-    if result.winner is not None:
-        console.print(f"wrote {write_config(result, out)}")
+    if result.winner is None:
+        from tputool.errors import UserError
+
+        if result.no_fit is not None:
+            change = result.no_fit.change
+            raise UserError("nothing fits" + (f"; smallest change that fits: {change.what}" if change else ""))
+        raise UserError("no candidate ran successfully: nothing to write")
+    console.print(f"wrote {write_config(result, out)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""Classify an HLO op name as collective or compute (data: the collective op name stems)."""
+"""Classify an HLO op name as collective or compute, and into the cost model's op classes (data: name stems)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,25 @@ def classify(op_name: str) -> str:
         if name.startswith(stem) or f"-{stem}" in name and stem not in ("send", "recv"):
             return "collective"
     return "compute"
+
+
+MATMUL_MARKS = ("dot", "convolution", "conv", "gemm", "matmul", "einsum", "ynn")
+"""Name fragments of matmul ops and the fusions XLA names after them (ynn: XLA:CPU's YNNPACK dot fusions)."""
+
+ATTENTION_MARKS = ("flash", "splash", "attention", "mha", "sdpa")
+"""Name fragments of attention kernels (Pallas custom calls and their fusions)."""
+
+
+def op_class(op_name: str) -> str:
+    """The cost model's class of an op: 'collective', 'attention', 'matmul' or 'elementwise' (memory-bound).
+
+    By name only: a TPU fusion named `fusion.N` that hides a dot counts as elementwise.
+    """
+    if classify(op_name) == "collective":
+        return "collective"
+    name = op_name.lower()
+    if any(m in name for m in ATTENTION_MARKS):
+        return "attention"
+    if any(m in name for m in MATMUL_MARKS):
+        return "matmul"
+    return "elementwise"

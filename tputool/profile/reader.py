@@ -171,6 +171,40 @@ def _overlaps(span: tuple[float, float], others: list[tuple[float, float]]) -> b
 def summarize(profile, trace_dir: str, xplane_path: str, perfetto: str | None, top: int = 10) -> TraceSummary:
     """Summarize a loaded `jax.profiler.ProfileData`."""
     steps, compiles, ops = _collect(profile)
+    return _summarize(steps, compiles, ops, trace_dir, xplane_path, perfetto, top)
+
+
+def _collect_json(events: list[dict]) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[_Op]]:
+    """Steps, compiles and HLO ops of Chrome/Perfetto trace events (the `*.trace.json.gz` XProf and
+    `jax.profiler` write): complete events ("X", microseconds) with the same stats as xplane events."""
+    device_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                   and str((e.get("args") or {}).get("name", "")).startswith("/device:")}
+    ops_lines = {(e["pid"], e.get("tid")) for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+                 and (e.get("args") or {}).get("name") == "XLA Ops"}
+    steps: list[tuple[float, float]] = []
+    compiles: list[tuple[float, float]] = []
+    ops: list[_Op] = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name, args = str(e.get("name", "")), e.get("args") or {}
+        start = float(e["ts"]) * 1e-6
+        span = (start, start + float(e["dur"]) * 1e-6)
+        on_device = e.get("pid") in device_pids
+        if not on_device and "step_num" in args:
+            steps.append(span)
+        elif name == COMPILE_EVENT or name.endswith(" " + COMPILE_EVENT):
+            compiles.append(span)
+        elif "hlo_op" in args:
+            ops.append(_Op(str(args["hlo_op"]), str(args.get("hlo_module", "")),
+                           int(args.get("device_ordinal", e.get("pid", 0))), *span, str(args.get("run_id", ""))))
+        elif on_device and (e.get("pid"), e.get("tid")) in ops_lines:
+            ops.append(_Op(name, str(args.get("hlo_module", "")), int(e["pid"]), *span))
+    return steps, compiles, ops
+
+
+def _summarize(steps, compiles, ops, trace_dir: str, xplane_path: str, perfetto: str | None,
+               top: int) -> TraceSummary:
     _self_times(ops)
     if not steps and ops:
         # no step annotations: one step per executable run (run_id), spanning its ops on all devices
@@ -215,6 +249,39 @@ def summarize(profile, trace_dir: str, xplane_path: str, perfetto: str | None, t
         compute_s=compute, collective_s=collective, idle_s=idle, largest_gap_s=largest_gap,
         top_ops=top_ops, excluded_steps=excluded if clean is not steps else 0,
     )
+
+
+def read_json_trace(path: str | Path, top: int = 10) -> TraceSummary:
+    """Read a Chrome/Perfetto `*.trace.json.gz` (or `.json`) trace, or the newest one under a directory."""
+    import gzip
+    import json
+
+    p = Path(path)
+    if p.is_dir():
+        found = sorted([*p.rglob("*.trace.json.gz"), *p.rglob("perfetto_trace.json.gz")],
+                       key=lambda f: f.stat().st_mtime)
+        if not found:
+            raise UserError(f"no .xplane.pb or .trace.json.gz trace under {path}")
+        p = found[-1]
+    try:
+        with (gzip.open(p, "rt") if p.name.endswith(".gz") else p.open()) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read trace {p}: {e}") from e
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return _summarize(*_collect_json(events), str(path), str(p), str(p), top)
+
+
+def read_any_trace(path: str | Path, top: int = 10) -> TraceSummary:
+    """An `.xplane.pb` where there is one (the richer format), else a `*.trace.json.gz`."""
+    p = Path(path)
+    if p.is_file() and (p.name.endswith(".json.gz") or p.name.endswith(".json")):
+        return read_json_trace(p, top)
+    try:
+        find_xplane(p)
+    except UserError:
+        return read_json_trace(p, top)
+    return read_trace(p, top)
 
 
 def read_trace(path: str | Path, top: int = 10) -> TraceSummary:

@@ -35,6 +35,60 @@ class RuleClass(enum.Enum):
     BLOCKER = "BLOCKER"
 
 
+# What a qualified name a port rule matches means (see `NameRef`): rename it, report it, or leave it to a
+# call/statement handler (OWNED) or to the assignment-statement machinery (ASSIGN).
+RENAME, FIND, OWNED, ASSIGN = "rename", "find", "owned", "assign"
+
+
+@dataclass(frozen=True)
+class NameRef:
+    """What a reference to a qualified name means for its rule: a rename (target set), a finding, or owned."""
+
+    kind: str = FIND
+    target: str | None = None  # qualified replacement for the matched prefix (RENAME)
+    message: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A handler of a libcst node kind: `handler` is "module.function" in tputool/codemods/python/.
+
+    Handlers of one node kind run in `order` (each may return a new node for the next); a handler shared by
+    several rules is named, with the same order, by each of them.
+    """
+
+    node: str  # a libcst node class name: "Call", "Assign", "Dict", ...
+    handler: str  # e.g. "device.cuda_method"
+    order: int = 0
+
+
+@dataclass(frozen=True)
+class Port:
+    """Everything `tputool port` needs to find a Python rule, from which codemods/python derives its tables.
+
+    `triggers`: substrings one of which any code the rule fires on holds (the file pre-filter skips a file
+    holding none; the cold masking hides a statement holding none); `words`: triggers that count only as a
+    whole identifier inside a file; `digit_words`: identifiers that make a statement hot only beside a digit.
+    `refs`: qualified-name prefixes and what a reference to them means (api.reference); `statements`: calls
+    whose expression statement is removed or rewritten; `unwrap`: context managers unwrapped from `with`;
+    `assigns`: assignment targets handled as whole statements; `imports`: modules whose import is a finding;
+    `fallback`: a prefix reported under this rule when no `refs` entry of any rule matches.
+    """
+
+    triggers: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+    digit_words: tuple[str, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    refs: tuple[tuple[str, NameRef], ...] = ()
+    statements: tuple[str, ...] = ()
+    unwrap: tuple[str, ...] = ()
+    assigns: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
+    fallback: str | None = None
+    fix_note: str | None = None  # the note shown where the statements/unwrap machinery applies the fix
+
+
 @dataclass(frozen=True)
 class Rule:
     """One stable rule: its code never changes meaning once published."""
@@ -49,6 +103,7 @@ class Rule:
     patterns: tuple[int, ...] = ()  # row numbers in cuda-patterns.md
     before: str | None = None  # the doc's example input (port rules), run through `port` by the tests
     after: str | None = None  # what `port` makes of `before` (None: the rule only reports)
+    port: Port | None = None  # how the Python rewriter finds it (port rules only)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from tputool.profile.reader import TraceSummary
 from tputool.tune.candidate import Candidate, ModelDims
 from tputool.tune.search import Row, TuneResult, tune_measured, tune_predicted
 from tputool.tune.space import SearchSpace
+from tputool.tune.xla_log import XlaLog
 
 
 @dataclass
@@ -41,13 +42,14 @@ def resolve_model(model: str, overrides: dict[str, Any] | None = None) -> Resolv
     return ResolvedModel(spec, config, model_dims(spec.name, module, config), shapes)
 
 
-def measured_runner(rm: ResolvedModel, steps: int = 3) -> Callable[[Candidate], Any]:
-    """A function that builds, compiles and profiles one candidate on the devices at hand."""
+def measured_runner(rm: ResolvedModel, steps: int = 3, log: XlaLog | None = None) -> Callable[[Candidate], Any]:
+    """A function that builds, compiles and profiles one candidate on the devices at hand (XLA's compile
+    warnings filed in `log`)."""
     from tputool.tune.measure import measure
     from tputool.tune.step import build_step
 
     def run(c: Candidate):
-        return measure(build_step(rm.spec, rm.config, c), rm.spec, rm.config, steps=steps)
+        return measure(build_step(rm.spec, rm.config, c), rm.spec, rm.config, steps=steps, log=log, who=c.key)
 
     return run
 
@@ -72,20 +74,35 @@ def profile_model(model: str, steps: int, outdir: str | Path, candidate: Candida
 def tune_model(model: str, *, target: str | None = None, overrides: dict[str, Any] | None = None,
                space: SearchSpace | None = None, fraction: float = 1 / 3, hbm_bytes: float | None = None,
                steps: int = 3, compile_top: int = 3,
-               progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
-    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`."""
+               progress: Callable[[Row, int, int], None] | None = None,
+               calibration: str | None = None) -> TuneResult:
+    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`
+    (achievable fractions from the `calibration` YAML, default the fit on published runs)."""
     rm = resolve_model(model, overrides)
-    space = space or SearchSpace()
+    log = XlaLog()
+    result = _search(rm, log, target=target, space=space or SearchSpace(), fraction=fraction, hbm_bytes=hbm_bytes,
+                     steps=steps, compile_top=compile_top, progress=progress, calibration=calibration)
+    result.notes.extend(log.summary())
+    return result
+
+
+def _search(rm: ResolvedModel, log: XlaLog, *, target: str | None, space: SearchSpace, fraction: float,
+            hbm_bytes: float | None, steps: int, compile_top: int,
+            progress: Callable[[Row, int, int], None] | None, calibration: str | None) -> TuneResult:
+    """The measured or predicted search of `tune_model` (compile warnings filed in `log`)."""
     if not 0 < fraction <= 1:
         raise UserError(f"--fraction must be in (0, 1], got {fraction}")
     if target is not None:
         from tputool.tune import tpu_compile
         from tputool.tune.hardware import tpu_hardware
 
-        hw = tpu_hardware(target)
-        check = tpu_compile.compile_checker(rm, hw) if tpu_compile.available() else None
+        hw = tpu_hardware(target, calibration=calibration)
+        multi_slice = hw.slice is not None and hw.slice.slices > 1  # compile-only devices are one slice
+        check = tpu_compile.compile_checker(rm, hw, log) if tpu_compile.available() and not multi_slice else None
         result = tune_predicted(rm.dims, hw, space, rm.param_shapes, check, top=compile_top, progress=progress)
-        if check is None:
+        if multi_slice:
+            result.notes.append("multi-slice target: memory fit and times are estimated (no compile check)")
+        elif check is None:
             result.notes.append("libtpu not installed (pip install 'tputool[tpu-compile]'): memory fit and "
                                 "times are estimated from the spec table")
         return result
@@ -106,5 +123,5 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
                 "(they validate, not rank, TPU strategies)"
     else:
         raise UserError(f"measured mode runs on TPU or CPU devices, found {platform}; use --target to predict")
-    return tune_measured(rm.dims, hw, space, measured_runner(rm, steps), fraction, rm.param_shapes,
+    return tune_measured(rm.dims, hw, space, measured_runner(rm, steps, log), fraction, rm.param_shapes,
                          progress, label)

@@ -35,19 +35,23 @@ def parse_choices(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, 
     return vals
 
 
-def parse_attention(text: str) -> tuple[tuple[str, int], ...]:
-    """`plain,chunked:16,chunked:32` -> (('plain', 0), ('chunked', 16), ('chunked', 32))."""
+def parse_attention(text: str) -> tuple[tuple[str, int], ...] | None:
+    """`plain,chunked:512,splash:1024` -> (('plain', 0), ('chunked', 512), ('splash', 1024)); `auto` -> None
+    (choose from the sequence length)."""
+    if text.strip() == "auto":
+        return None
     out = []
     for item in _items(text):
         impl, _, block = item.partition(":")
         if impl not in ATTENTION_IMPLS:
-            raise UserError(f"--attention: unknown implementation '{impl}' (use plain or chunked:BLOCK)")
+            raise UserError(f"--attention: unknown implementation '{impl}' (use auto, plain, chunked:BLOCK, "
+                            "flash:BLOCK or splash:BLOCK)")
         if impl == "plain":
             out.append(("plain", 0))
         else:
             if not block.isdigit() or int(block) < 1:
-                raise UserError(f"--attention: chunked needs a block size, e.g. chunked:128 (got '{item}')")
-            out.append(("chunked", int(block)))
+                raise UserError(f"--attention: {impl} needs a block size, e.g. {impl}:512 (got '{item}')")
+            out.append((impl, int(block)))
     if not out:
         raise UserError("--attention: empty list")
     return tuple(out)
@@ -86,10 +90,13 @@ def parse_meshes(text: str | None) -> tuple[tuple[int, int, int], ...] | None:
 
 
 def build_space(batches: str, remat: str, attention: str, precision: str, max_tensor: int | None,
-                mesh: str | None = None) -> SearchSpace:
+                mesh: str | None = None, global_batch: int | None = None) -> SearchSpace:
     """A SearchSpace from the CLI strings."""
-    return SearchSpace(meshes=parse_meshes(mesh),
-        batches=parse_ints(batches, "--batch"), remats=parse_choices(remat, REMAT_POLICIES, "--remat"),
+    if global_batch is not None and global_batch < 1:
+        raise UserError(f"--global-batch must be >= 1, got {global_batch}")
+    remats = None if remat.strip() == "auto" else parse_choices(remat, REMAT_POLICIES, "--remat")
+    return SearchSpace(meshes=parse_meshes(mesh), global_batch=global_batch,
+        batches=parse_ints(batches, "--batch"), remats=remats,
         attentions=parse_attention(attention), precisions=parse_choices(precision, PRECISIONS, "--precision"),
         max_tensor=max_tensor,
     )

@@ -4,7 +4,8 @@ its `to_dict`/`from_dict` (pyyaml does the YAML), and made the active config.
 `apply_config(path)` parses and validates the file and makes it the process's active tuning config
 (also exported as TPUTOOL_TUNE_CONFIG for child processes); the backend's sharding code reads it with
 `active_config()` and asks it for the mesh and each parameter's partition spec (the rules are
-`tputool.partition`'s, the sharding API's vocabulary: no translation).
+`tputool.partition`'s, the sharding API's vocabulary: no translation). Its attention choice (plain, chunked,
+or a Pallas flash/splash kernel with its block) is what compiled graphs' SDPA runs from then on.
 """
 
 from __future__ import annotations
@@ -66,10 +67,14 @@ class TuneConfig:
         return make_mesh(self.candidate, devices)
 
     def shard_model(self, model, devices: list | None = None):
-        """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs)."""
+        """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs).
+        For the active config, compiled graphs' attention kernel then runs per device of this mesh."""
+        from tputool.backend import runtime
         from tputool.backend.graph.sharding import shard_params
 
         mesh = self.make_mesh(devices)
+        if runtime.STATE.sdpa_kernel is not None and self is _ACTIVE:  # its Pallas kernel runs per device
+            runtime.STATE.sdpa_kernel = (*runtime.STATE.sdpa_kernel[:2], mesh)
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         return mesh, shard_params(model, mesh, partition_specs(shapes, self.mesh_shape, self.logical_to_mesh).specs)
 
@@ -77,6 +82,9 @@ class TuneConfig:
         """The `jax.checkpoint` policy of the config's remat setting (None: no remat)."""
         import jax
 
+        if self.candidate.remat not in ("none", "save-dots", "full"):
+            raise UserError(f"remat '{self.candidate.remat}' is a plan for a TPU slice (predicted mode); "
+                            "the measured step runs none, save-dots or full")
         return {"none": None, "save-dots": jax.checkpoint_policies.dots_saveable,
                 "full": jax.checkpoint_policies.nothing_saveable}[self.candidate.remat]
 
@@ -177,26 +185,35 @@ def load_config(path: str | Path) -> TuneConfig:
 _ACTIVE: TuneConfig | None = None
 
 
+def _set_active(cfg: TuneConfig | None) -> TuneConfig | None:
+    """Make `cfg` active: its attention choice becomes the SDPA implementation of graphs compiled from now on
+    (`torch.compile(backend="tpu")`, `runtime.STATE.sdpa_kernel`)."""
+    global _ACTIVE
+    from tputool.backend import runtime
+
+    _ACTIVE = cfg
+    c = cfg.candidate if cfg is not None else None
+    runtime.STATE.sdpa_kernel = None if c is None or c.attention == "plain" else (c.attention, c.block, None)
+    return cfg
+
+
 def apply_config(path: str | Path) -> TuneConfig:
     """Load `path` and make it the active tuning config of this process (and of its children)."""
-    global _ACTIVE
-    _ACTIVE = load_config(path)
+    cfg = _set_active(load_config(path))
     os.environ[ENV_VAR] = str(Path(path).resolve())
-    return _ACTIVE
+    return cfg
 
 
 def active_config() -> TuneConfig | None:
     """The config set by apply_config (or by TPUTOOL_TUNE_CONFIG in the environment), else None."""
-    global _ACTIVE
     if _ACTIVE is None and os.environ.get(ENV_VAR):
-        _ACTIVE = load_config(os.environ[ENV_VAR])
+        _set_active(load_config(os.environ[ENV_VAR]))
     return _ACTIVE
 
 
 def clear_config() -> None:
     """Forget the active config (tests, or a script that wants defaults back)."""
-    global _ACTIVE
-    _ACTIVE = None
+    _set_active(None)
     os.environ.pop(ENV_VAR, None)
 
 

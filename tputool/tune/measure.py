@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from tputool.models.spec import ModelSpec
 from tputool.profile.capture import capture
 from tputool.tune.cost_model import hlo_flops
 from tputool.tune.step import BuiltStep
+from tputool.tune.xla_log import XlaLog
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,11 @@ class Measurement:
         return asdict(self)
 
 
-def compile_step(built: BuiltStep):
-    """Lower and compile; returns (compiled, seconds)."""
+def compile_step(built: BuiltStep, log: XlaLog | None = None, who: str = ""):
+    """Lower and compile (XLA's warnings filed in `log` under `who`, when given); returns (compiled, seconds)."""
     t0 = time.perf_counter()
-    compiled = built.lower().compile()
+    with log.capture(who) if log is not None else contextlib.nullcontext():
+        compiled = built.lower().compile()
     return compiled, time.perf_counter() - t0
 
 
@@ -50,14 +53,15 @@ def memory_bytes(compiled) -> tuple[int, int]:
         return 0, 0
 
 
-def warm_step(built: BuiltStep, spec: ModelSpec, config: Any) -> tuple[Callable[[int], Any], Any, float]:
-    """Compile `built`, put its arguments on the devices and run one warm-up step.
+def warm_step(built: BuiltStep, spec: ModelSpec, config: Any, log: XlaLog | None = None,
+              who: str = "") -> tuple[Callable[[int], Any], Any, float]:
+    """Compile `built` (warnings to `log`), put its arguments on the devices and run one warm-up step.
 
     Returns (one, compiled, compile seconds): `one(i)` runs one more training step and returns its loss.
     """
     import jax
 
-    compiled, compile_s = compile_step(built)
+    compiled, compile_s = compile_step(built, log, who)
     state, inputs, targets = built.init_args(spec, config)
     holder = {"s": state}
 
@@ -70,9 +74,10 @@ def warm_step(built: BuiltStep, spec: ModelSpec, config: Any) -> tuple[Callable[
 
 
 def measure(built: BuiltStep, spec: ModelSpec, config: Any, steps: int = 3,
-            trace_dir: str | None = None) -> Measurement:
-    """Compile, run one warm-up step, then profile `steps` steps and read the trace."""
-    one, compiled, compile_s = warm_step(built, spec, config)
+            trace_dir: str | None = None, log: XlaLog | None = None, who: str = "") -> Measurement:
+    """Compile (XLA's warnings to `log` under `who`), run one warm-up step, then profile `steps` steps and
+    read the trace."""
+    one, compiled, compile_s = warm_step(built, spec, config, log, who)
     with tempfile.TemporaryDirectory(prefix="tputool-tune-") as tmp:
         summary = capture(one, steps, trace_dir or tmp, python_tracer=False)
     loss = float(one(0))

@@ -52,9 +52,12 @@ def model_dims(name: str, module: nn.Module, config: Any, seq: int | None = None
     if seq is None:
         seq = f["seq"] or ((image // patch) ** 2 + 1 if image and patch else 1)
     experts = _field(config, ("n_experts", "num_experts"))
-    ffn = f["ffn"] * (experts or 1)  # dense dispatch runs every expert
+    top_k = _field(config, ("top_k", "num_experts_per_tok")) if experts else 0
+    expert_params = sum(p.numel() for p in module.parameters() if p.dim() == 3) if experts else 0
     return ModelDims(
         name=name, params=sum(p.numel() for p in module.parameters()), matmul_params=count_matmul_params(module),
         layers=f["layers"], hidden=hidden, heads=heads, kv_heads=kv, head_dim=hidden // heads if heads else 0,
-        ffn=ffn, seq=seq, vocab=f["vocab"],
+        ffn=f["ffn"], seq=seq, vocab=f["vocab"], experts=experts, top_k=top_k, expert_params=expert_params,
+        # tputool's MoE dispatches densely: every expert runs on every token
+        capacity=experts / top_k if experts and top_k else 1.0, causal=not (image and patch),
     )

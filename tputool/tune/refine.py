@@ -19,7 +19,7 @@ RIDGE = 1.0
 
 def features(c: Candidate) -> list[str]:
     """The knob values of a candidate, one indicator each."""
-    attn = f"chunked/{c.block}" if c.attention == "chunked" else "plain"
+    attn = c.attention_label
     return [f"mesh=d{c.data}f{c.fsdp}t{c.tensor}", f"batch={c.batch}", f"remat={c.remat}", f"attention={attn}",
             f"precision={c.precision}"]
 

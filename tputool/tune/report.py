@@ -29,6 +29,7 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     t.add_column("pred tok/s", justify="right")
     t.add_column("pred step", justify="right")
     t.add_column("pred MFU", justify="right")
+    t.add_column("MFU (MaxText)", justify="right")
     t.add_column("pred GiB/dev", justify="right")
     if measured:
         t.add_column("CPU tok/s", justify="right")
@@ -45,10 +46,10 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     rows = sorted((r for r in result.rows if r.status not in ("memory", "failed")), key=key)[:limit]
     for i, r in enumerate(rows, 1):
         c, e = r.candidate, r.estimate
-        attn = f"chunked/{c.block}" if c.attention == "chunked" else "plain"
+        attn = c.attention_label
         status = r.status + (" *" if result.winner is r else "")
         cells = [str(i), f"{c.data}/{c.fsdp}/{c.tensor}", str(c.batch), c.remat, attn, c.precision,
-                 _fmt_rate(e.tokens_per_s), f"{e.step_s * 1e3:.2f} ms", f"{100 * e.mfu:.1f}%",
+                 _fmt_rate(e.tokens_per_s), f"{e.step_s * 1e3:.2f} ms", f"{100 * e.mfu:.1f}%", f"{100 * e.mfu_maxtext:.1f}%",
                  f"{e.memory.total / GIB:.3f}"]
         if measured:
             m = r.measurement
@@ -96,7 +97,15 @@ def print_result(result: TuneResult, console: Console | None = None, limit: int 
         rho = result.spearman()
         console.print(f"ran {len(result.measured)} of {n} candidates (budget {result.budget}); "
                       f"Spearman(predicted, measured) = {'n/a' if rho is None else f'{rho:.2f}'}")
+    if result.mode == "predicted" and result.winner is not None:
+        e = result.winner.estimate
+        terms = ", ".join(f"{k} {100 * v / e.step_s:.0f}%" for k, v in e.terms.items() if v > 0)
+        console.print(f"MFU: tputool's convention counts causal attention in full, MaxText's at half; "
+                      f"winner's step: {escape(terms)}")
     for note in result.notes:
         console.print(f"note: {escape(note)}")
+    if result.no_fit is not None:
+        for line in result.no_fit.lines():
+            console.print(escape(line))
     if result.winner is not None:
         console.print(f"winner: {result.winner.candidate.key}")

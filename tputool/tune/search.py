@@ -60,6 +60,7 @@ class TuneResult:
     budget: int = 0  # candidates allowed to run
     notes: list[str] = field(default_factory=list)
     correction: object = None  # refine.Correction fitted in measured mode
+    no_fit: object = None  # advice.NoFit when no candidate fits (predicted mode)
 
     @property
     def measured(self) -> list[Row]:
@@ -99,14 +100,22 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 def predict_all(dims: ModelDims, hw: Hardware, space: SearchSpace,
-                param_shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[list[Row], list[Rejected]]:
-    """Every valid candidate with its estimate, ranked by predicted throughput; memory misfits flagged."""
-    enum = enumerate_space(dims, hw.n_devices, space)
+                param_shapes: dict[str, tuple[int, ...]] | None = None,
+                kernels: bool = False) -> tuple[list[Row], list[Rejected]]:
+    """Every valid candidate with its estimate, ranked by predicted throughput; memory misfits flagged.
+
+    `kernels`: the default attention choices include the Pallas TPU kernels (predicted mode).
+    """
+    enum = enumerate_space(dims, hw.n_devices, space, kernels=kernels)
     rows = []
+    local_by_mesh: dict[tuple[int, int, int], int] = {}  # the partition depends on the mesh only
     for c in enum.candidates:
         local = None
         if param_shapes is not None:
-            local = partition_specs(param_shapes, c.mesh).local_elements(param_shapes, c.mesh)
+            mesh = (c.data, c.fsdp, c.tensor)
+            if mesh not in local_by_mesh:
+                local_by_mesh[mesh] = partition_specs(param_shapes, c.mesh).local_elements(param_shapes, c.mesh)
+            local = local_by_mesh[mesh]
         rows.append(Row(c, estimate(dims, c, hw, params_per_device=local)))
     # ties (compute-bound candidates hide their collectives) go to less communication, then less memory
     rows.sort(key=lambda r: (-r.estimate.tokens_per_s, r.estimate.comm_s, r.estimate.memory.total))
@@ -190,6 +199,10 @@ def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
     result = TuneResult(dims.name, "measured", hw, label or f"measured on {hw.name}", rows, rejected, winner,
                         budget)
     result.correction = corr
+    if not fitting and rows:
+        from tputool.tune.advice import explain
+
+        result.no_fit = explain(dims, hw, space, rows, kernels=False)
     return result
 
 
@@ -199,7 +212,7 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                    progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
     """Rank by the cost model; with `compile_check` (a TPU compile returning bytes/device, raising on OOM),
     confirm memory fit of the top `top` fitting candidates and take the best that compiles."""
-    rows, rejected = predict_all(dims, hw, space, param_shapes)
+    rows, rejected = predict_all(dims, hw, space, param_shapes, kernels=True)
     fitting = [r for r in rows if r.status != "memory"]
     label = f"estimated for {hw.name}"
     winner = fitting[0] if fitting else None
@@ -221,4 +234,9 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                 r.reason = f"compile for TPU: {str(e).splitlines()[0][:160]}"
             if progress is not None:
                 progress(r, i, len(checked))
-    return TuneResult(dims.name, "predicted", hw, label, rows, rejected, winner)
+    result = TuneResult(dims.name, "predicted", hw, label, rows, rejected, winner)
+    if not fitting and rows:
+        from tputool.tune.advice import explain
+
+        result.no_fit = explain(dims, hw, space, rows)
+    return result

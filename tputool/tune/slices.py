@@ -1,7 +1,9 @@
-"""Parse a TPU target (`v5e-256`, `v6e-8`, `v7x-128`, `v5e:2x4`, `tpu7x:2x2x1`) into a `Slice`."""
+"""Parse a TPU target (`v5e-256`, `v6e-8`, `v7x-128`, `v5e:2x4`, `tpu7x:2x2x1`, and `v5e-256x2` for two
+slices joined by the data-center network) into a `Slice`."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -15,12 +17,13 @@ class Slice:
     """A TPU slice: the chip generation, its torus shape in chips, and the JAX device count."""
 
     chip: ChipSpec
-    topology: tuple[int, ...]  # chips per torus dim
+    topology: tuple[int, ...]  # chips per torus dim, of one slice
+    slices: int = 1  # ICI slices joined by DCN (multi-slice)
 
     @property
     def n_chips(self) -> int:
-        """Chips in the slice."""
-        return math.prod(self.topology)
+        """Chips in all slices."""
+        return math.prod(self.topology) * self.slices
 
     @property
     def n_devices(self) -> int:
@@ -35,8 +38,9 @@ class Slice:
     @property
     def name(self) -> str:
         """The accelerator-type spelling, e.g. `v5e-8` (v4/v5p/v7x count TensorCores, v5e/v6e chips)."""
-        count = self.n_chips * 2 if self.chip.name_counts_cores else self.n_chips
-        return f"{self.chip.name}-{count}"
+        per_slice = math.prod(self.topology)
+        count = per_slice * 2 if self.chip.name_counts_cores else per_slice
+        return f"{self.chip.name}-{count}" + (f"x{self.slices}" if self.slices > 1 else "")
 
     def wraparound(self, dim: int) -> bool:
         """Whether torus dim `dim` has wraparound links (a full ring) at its size."""
@@ -58,11 +62,15 @@ def chip_by_name(name: str) -> ChipSpec:
 
 _ACCEL = re.compile(r"^([a-z0-9]+?)(?:pod)?-(\d+)$")
 _TOPO = re.compile(r"^([a-z0-9 ]+):(\d+(?:x\d+)+)$")
+_SLICES = re.compile(r"^(.*-\d+)x(\d+)$")
 
 
 def parse_target(target: str) -> Slice:
     """`v5e-256` / `v6e-8` / `v7x-128` / `v5e:2x4` / `tpu7x:2x2x1` -> Slice; anything else is a UserError."""
     text = target.strip().lower()
+    if (m := _SLICES.match(text)) and int(m.group(2)) > 1:
+        one = parse_target(m.group(1))
+        return Slice(one.chip, one.topology, int(m.group(2)))
     if m := _TOPO.match(text):
         chip = chip_by_name(m.group(1))
         dims = tuple(int(d) for d in m.group(2).split("x"))
@@ -88,18 +96,24 @@ def parse_target(target: str) -> Slice:
                               if c <= chip.max_chips)
             raise UserError(f"no standard {chip.name} slice with {chips} chips (try one of: {sizes})")
         return Slice(chip, shapes[chips])
-    raise UserError(f"bad TPU target '{target}': expected e.g. v5e-256, v6e-8, v7x-128 or v5e:2x4")
+    raise UserError(f"bad TPU target '{target}': expected e.g. v5e-256, v6e-8, v7x-128, v5e:2x4 or v5e-256x2")
 
 
-def mesh_axis_bandwidth(slice_: Slice, axis_sizes: dict[str, int], axis: str) -> tuple[float, int]:
-    """(bidirectional ring bandwidth B/s, number of torus dims spanned) for logical mesh `axis`.
+def axis_spans(slice_: Slice, axis_sizes: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+    """Mesh axis -> [(torus dim, devices along it)]; dim -1 is within a chip, dim -2 the slices (DCN).
 
-    Axes are laid onto torus dims in order (the innermost, last axis first, as device meshes do). An
-    axis spanning k torus dims gets k rings; a dim without wraparound links halves its bandwidth.
+    Axes are laid onto torus dims in order (the innermost, last axis first, as device meshes do); the
+    slices come last, so only the outermost axes cross the data-center network.
     """
-    remaining = list(slice_.topology) + [slice_.chip.devices_per_chip]
-    dims_index = list(range(len(slice_.topology))) + [-1]
-    spans: dict[str, list[int]] = {}
+    return _axis_spans(slice_, tuple(axis_sizes.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _axis_spans(slice_: Slice, items: tuple[tuple[str, int], ...]) -> dict[str, list[tuple[int, int]]]:
+    axis_sizes = dict(items)
+    remaining = [slice_.slices, *slice_.topology, slice_.chip.devices_per_chip]
+    dims_index = [-2, *range(len(slice_.topology)), -1]
+    spans: dict[str, list[tuple[int, int]]] = {}
     for name in reversed(list(axis_sizes)):
         need = axis_sizes[name]
         spans[name] = []
@@ -108,13 +122,27 @@ def mesh_axis_bandwidth(slice_: Slice, axis_sizes: dict[str, int], axis: str) ->
             if remaining[i] > 1:
                 take = math.gcd(need, remaining[i])
                 if take > 1:
-                    spans[name].append(dims_index[i])
+                    spans[name].append((dims_index[i], take))
                     remaining[i] //= take
                     need //= take
             i -= 1
-    used = [d for d in spans.get(axis, []) if d != -1]
+    return spans
+
+
+def mesh_axis_bandwidth(slice_: Slice, axis_sizes: dict[str, int], axis: str) -> tuple[float, int]:
+    """(bidirectional ring bandwidth B/s over ICI, number of torus dims spanned) for logical mesh `axis`.
+
+    An axis spanning k torus dims gets k rings; a dim without wraparound links halves its bandwidth.
+    The part of an axis that crosses slices is priced separately (`Hardware.collective_s`).
+    """
+    used = [d for d, _ in axis_spans(slice_, axis_sizes).get(axis, []) if d >= 0]
     if not used:
         # within one chip (v7x's two cores) or a size-1 axis: treat as one fast link
         return 2 * slice_.chip.ici_bw_per_link, 0
     bw = sum(slice_.chip.ici_bw_per_link * (2 if slice_.wraparound(d) else 1) for d in used)
     return bw, len(used)
+
+
+def dcn_part(slice_: Slice, axis_sizes: dict[str, int], axis: str) -> int:
+    """How many slices mesh `axis` spans over the data-center network (1: it stays inside a slice)."""
+    return math.prod(n for d, n in axis_spans(slice_, axis_sizes).get(axis, []) if d == -2)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from tputool.tune.candidate import ATTENTION_IMPLS, PRECISIONS, REMAT_POLICIES, Candidate, ModelDims
+from tputool.tune.candidate import (
+    ATTENTION_IMPLS,
+    MEASURED_REMAT_POLICIES,
+    PRECISIONS,
+    REMAT_POLICIES,
+    Candidate,
+    ModelDims,
+    attention_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -14,16 +22,43 @@ class SearchSpace:
     """Values each knob may take; meshes are every (data, fsdp, tensor) whose product is the device count."""
 
     batches: tuple[int, ...] = (1, 2, 4)
-    remats: tuple[str, ...] = REMAT_POLICIES
-    attentions: tuple[tuple[str, int], ...] = (("plain", 0), ("chunked", 16))
+    remats: tuple[str, ...] | None = None  # None: every policy the mode can run
+    attentions: tuple[tuple[str, int], ...] | None = None  # None: chosen from the sequence length
     precisions: tuple[str, ...] = PRECISIONS
     max_tensor: int | None = None
     meshes: tuple[tuple[int, int, int], ...] | None = None  # only these (data, fsdp, tensor), if given
+    global_batch: int | None = None  # sequences per step; replaces `batches` (batch = global / (data x fsdp))
 
     def __post_init__(self) -> None:
-        for impl, _ in self.attentions:
+        for impl, _ in self.attentions or ():
             if impl not in ATTENTION_IMPLS:
                 raise ValueError(f"unknown attention implementation {impl!r}")
+
+
+MIN_CHUNK = 512
+"""Smallest query block worth running on a TPU for long sequences (smaller blocks starve the MXU)."""
+
+PLAIN_MAX_SEQ = 2048
+"""Above this sequence length plain attention's (seq x seq) scores are not a candidate by default."""
+
+KERNEL_IMPLS = ("flash", "splash")
+"""Pallas TPU attention kernels: candidates for a TPU target (predicted mode)."""
+
+
+def default_attentions(seq: int, kernels: bool = False) -> tuple[tuple[str, int], ...]:
+    """Attention candidates for a sequence length: plain for short ones, query blocks of >= 512 (or
+    seq/4) that divide seq, and with `kernels` the Pallas kernels at those blocks."""
+    out: list[tuple[str, int]] = []
+    if seq <= PLAIN_MAX_SEQ:
+        out.append(("plain", 0))
+    small = max(min(MIN_CHUNK, seq // 4), 1)
+    blocks = sorted({blk for blk in (small, seq // 8, seq // 4, 1024, 2048)
+                     if blk >= small and blk < seq and seq % blk == 0})
+    out += [("chunked", blk) for blk in blocks[:3]]
+    if kernels:
+        kblocks = [blk for blk in (512, 1024, 2048) if blk <= seq and seq % blk == 0] or [seq]
+        out += [(k, blk) for k in KERNEL_IMPLS if k in ATTENTION_IMPLS for blk in kblocks]
+    return tuple(out) or (("plain", 0),)
 
 
 @dataclass(frozen=True)
@@ -72,9 +107,15 @@ class Enumerated:
     rejected: list[Rejected] = field(default_factory=list)
 
 
-def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace) -> Enumerated:
-    """All valid candidates over `n_devices`, with each invalid family recorded once with its reason."""
+def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels: bool = False) -> Enumerated:
+    """All valid candidates over `n_devices`, with each invalid family recorded once with its reason.
+
+    `kernels` (a TPU target, predicted mode) adds the Pallas attention kernels and host offload to the
+    default choices.
+    """
     out = Enumerated([])
+    attentions = space.attentions if space.attentions is not None else default_attentions(dims.seq, kernels)
+    remats = space.remats if space.remats is not None else (REMAT_POLICIES if kernels else MEASURED_REMAT_POLICIES)
     for data, fsdp, tensor in meshes(n_devices):
         label = f"d{data}f{fsdp}t{tensor}"
         if space.meshes is not None and (data, fsdp, tensor) not in space.meshes:
@@ -82,14 +123,25 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace) -> Enum
         if (why := mesh_problem(dims, data, fsdp, tensor, space)) is not None:
             out.rejected.append(Rejected(f"mesh {label}", why, "invalid"))
             continue
+        batches = space.batches
+        if space.global_batch is not None:
+            shards = data * fsdp
+            if space.global_batch % shards:
+                out.rejected.append(Rejected(f"mesh {label}", f"global batch {space.global_batch} does not split "
+                                             f"over data x fsdp = {shards}", "invalid"))
+                continue
+            batches = (space.global_batch // shards,)
         for batch, remat, (impl, block), prec in itertools.product(
-                space.batches, space.remats, space.attentions, space.precisions):
-            if impl == "chunked":
+                batches, remats, attentions, space.precisions):
+            if not kernels and remat not in MEASURED_REMAT_POLICIES:
+                out.rejected.append(Rejected(f"remat {remat}", "a TPU plan: predicted mode (--target) only; the "
+                                             "measured step runs none/save-dots/full remat", "invalid"))
+                continue
+            if impl != "plain":
                 if dims.heads == 0 or dims.seq <= 1:
                     continue  # no attention to chunk: the plain variant covers it
-                if block >= dims.seq or dims.seq % block:
-                    out.rejected.append(Rejected(f"{label} chunked/{block}",
-                                                 f"block {block} does not split seq {dims.seq}", "invalid"))
+                if (why := attention_problem(impl, block, dims.seq)) is not None:
+                    out.rejected.append(Rejected(f"{label} {impl}/{block}", why, "invalid"))
                     continue
             c = Candidate(data=data, fsdp=fsdp, tensor=tensor, batch=batch, remat=remat, attention=impl,
                           block=block, precision=prec)

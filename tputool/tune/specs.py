@@ -1,5 +1,9 @@
 """Per-chip TPU numbers for the cost model, kept as data (source: shared/reference/tpu-tuning.md).
 
+HBM is what a program may use: v5e 15.75 GiB and v6e 31.25 GiB are the `bytes_limit` JAX's
+memory_stats reports on those chips (16 and 32 GiB stacks, less what the runtime keeps). The DCN and host (PCIe) bandwidths are assumptions (a data-center NIC share per chip), not a published
+figure; multi-slice collectives are priced with it and `tune --calibrate` can refit it.
+
 Figures are per JAX device: on v7x one chip is two JAX devices, so its per-chip peak, HBM and HBM
 bandwidth are halved here. ICI bandwidth is one-way per link.
 """
@@ -30,14 +34,16 @@ class ChipSpec:
     name_counts_cores: bool  # True when "v4-8" counts TensorCores (2 per chip), False when it counts chips
     wraparound_multiple: int  # a torus dim has wraparound links when its size is a multiple of this
     ici_latency_s: float = 1e-6  # per hop
+    dcn_bw_per_chip: float = 6.25e9  # B/s between slices (multi-slice), per chip: 200 Gb/s per 4-chip host
+    host_bw_per_chip: float = 16e9  # B/s to host memory (PCIe), per chip: what host offload streams over
     note: str = ""
 
 
 CHIPS: dict[str, ChipSpec] = {
     "v4": ChipSpec("v4", "TPU v4", 275e12, 32 * GIB, 1200e9, 4.5e10, 3, 1, 128, 4096, "v4", True, 4),
-    "v5e": ChipSpec("v5e", "TPU v5 lite", 197e12, 16 * GB, 819e9, 4.5e10, 2, 1, 128, 256, "v5e", False, 16),
+    "v5e": ChipSpec("v5e", "TPU v5 lite", 197e12, 15.75 * GIB, 819e9, 4.5e10, 2, 1, 128, 256, "v5e", False, 16),
     "v5p": ChipSpec("v5p", "TPU v5", 459e12, 95 * GIB, 2765e9, 9e10, 3, 1, 128, 8960, "v5p", True, 4),
-    "v6e": ChipSpec("v6e", "TPU v6 lite", 918e12, 32 * GB, 1638e9, 9e10, 2, 1, 256, 256, "v6e", False, 16),
+    "v6e": ChipSpec("v6e", "TPU v6 lite", 918e12, 31.25 * GIB, 1638e9, 9e10, 2, 1, 256, 256, "v6e", False, 16),
     "v7x": ChipSpec(
         "v7x", "TPU7x", 2307e12 / 2, 192 * GIB / 2, 7.4e12 / 2, 1e11, 3, 2, 256, 9216, "tpu7x", True, 4,
         note="HBM bandwidth from secondary sources, ICI bandwidth derived and unverified",

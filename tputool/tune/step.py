@@ -1,7 +1,9 @@
 """One candidate's training step as a sharded `jax.jit`: exported torch loss, grads, AdamW, shardings.
 
 State is fp32 master parameters and AdamW moments, sharded by the candidate's partition plan; the
-forward/backward runs in the candidate's precision; the batch is split over the data x fsdp axes.
+forward/backward runs in the candidate's precision; the batch is split over the data x fsdp axes. With
+`scan_layers` the repeated layers' parameters are stacked (leading layer axis, unsharded) and the layers run
+as one `jax.lax.scan` body (tune/scan.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from tputool.models.spec import ModelSpec
 from tputool.partition import BATCH_AXES, PartitionPlan, partition_specs
 from tputool.tune.candidate import Candidate
 from tputool.tune.export import ExportedLoss, export_loss
-from tputool.tune.lower import loss_function
+from tputool.tune.lower import loss_function, scan_layout
+from tputool.tune.scan import ScanPlan
 
 ADAMW = {"lr": 1e-3, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 """Optimizer hyper-parameters of the measured step (the step's cost does not depend on them)."""
@@ -33,6 +36,8 @@ class BuiltStep:
     batch_sharding: Any
     batch_shapes: tuple  # ((shape, dtype), (shape, dtype)) of (inputs, targets)
     compute_dtype: Any
+    params: dict  # fp32 master values by name in the step's layout (scanned layers stacked)
+    scan: ScanPlan | None = None  # the scanned layer runs, when built with scan_layers
 
     def abstract_args(self) -> tuple:
         """ShapeDtypeStructs with shardings for (state, inputs, targets)."""
@@ -41,7 +46,7 @@ class BuiltStep:
 
         sh = self.state_shardings
         p = {k: jax.ShapeDtypeStruct(v.shape, jnp.float32, sharding=sh["params"][k])
-             for k, v in self.exported.params.items()}
+             for k, v in self.params.items()}
         state = {"params": p, "m": dict(p), "v": dict(p),
                  "t": jax.ShapeDtypeStruct((), jnp.int32, sharding=sh["t"])}
         batch = tuple(jax.ShapeDtypeStruct(shape, dt, sharding=self.batch_sharding) for shape, dt in self.batch_shapes)
@@ -57,10 +62,10 @@ class BuiltStep:
         import jax.numpy as jnp
 
         sh = self.state_shardings["params"]
-        params = {k: jax.device_put(jnp.asarray(v), sh[k]) for k, v in self.exported.params.items()}
+        params = {k: jax.device_put(jnp.asarray(v), sh[k]) for k, v in self.params.items()}
 
         def zeros():
-            return {k: jax.device_put(jnp.zeros(v.shape, jnp.float32), sh[k]) for k, v in self.exported.params.items()}
+            return {k: jax.device_put(jnp.zeros(v.shape, jnp.float32), sh[k]) for k, v in self.params.items()}
 
         state = {"params": params, "m": zeros(), "v": zeros(),
                  "t": jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings["t"])}
@@ -113,11 +118,13 @@ def _adamw(params: dict, grads: dict, m: dict, v: dict, t):
 
 
 def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None = None,
-               materialize: bool = True) -> BuiltStep:
+               materialize: bool = True, scan_layers: bool = False) -> BuiltStep:
     """The sharded training step of `spec` under candidate `c` (not yet compiled).
 
     `materialize=False` exports on the meta device: enough to lower and compile (e.g. for compile-only
-    TPU devices) for a model of any size, not to run.
+    TPU devices) for a model of any size, not to run. `scan_layers` compiles runs of identical layers as
+    one `jax.lax.scan` body over stacked parameters (compile time independent of the depth; XLA's
+    cost_analysis then counts the body once).
     """
     import jax
     import jax.numpy as jnp
@@ -128,6 +135,9 @@ def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None 
     mesh = make_mesh(c, devices)
     shapes = {k: tuple(v.shape) for k, v in exp.params.items()}
     plan = partition_specs(shapes, c.mesh)
+    scan = scan_layout(exp) if scan_layers else None
+    master = scan.stack(exp.params) if scan else exp.params
+    specs = scan.stacked_specs(plan.specs) if scan else plan.specs
     compute = jnp.bfloat16 if c.precision == "bf16" else jnp.float32
     batch_sharding = NamedSharding(mesh, P(BATCH_AXES))
     replicated = NamedSharding(mesh, P())
@@ -137,8 +147,8 @@ def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None 
             return jax.lax.with_sharding_constraint(x, batch_sharding)
         return x
 
-    loss_fn = loss_function(exp, c.attention, c.block, c.remat, constrain)
-    param_sh = {k: NamedSharding(mesh, P(*plan.specs[k])) for k in shapes}
+    loss_fn = loss_function(exp, c.attention, c.block, c.remat, constrain, scan=scan is not None, mesh=mesh)
+    param_sh = {k: NamedSharding(mesh, P(*specs[k])) for k in master}
     state_sh = {"params": param_sh, "m": param_sh, "v": param_sh, "t": replicated}
     buffers = {k: jnp.asarray(v, compute if v.dtype == np.float32 else None) for k, v in exp.buffers.items()}
     precision = "highest" if c.precision == "fp32" else "default"
@@ -157,7 +167,7 @@ def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None 
                  out_shardings=(state_sh, replicated), donate_argnums=(0,))
     inputs, targets = _example_batch(spec, config, c.global_batch, compute)
     shapes_b = ((inputs.shape, inputs.dtype), (targets.shape, targets.dtype))
-    return BuiltStep(fn, mesh, plan, exp, state_sh, batch_sharding, shapes_b, compute)
+    return BuiltStep(fn, mesh, plan, exp, state_sh, batch_sharding, shapes_b, compute, master, scan)
 
 
 def _example_batch(spec: ModelSpec, config: Any, global_batch: int, compute):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from tputool.tune.candidate import Candidate
 from tputool.tune.hardware import Hardware
+from tputool.tune.xla_log import XlaLog
 
 
 def available() -> bool:
@@ -32,16 +33,21 @@ def compiled_bytes(compiled) -> float:
                  - ma.alias_size_in_bytes)
 
 
-def compile_checker(rm, hw: Hardware) -> Callable[[Candidate], float]:
-    """A function compiling a candidate of `rm` for `hw`'s topology, returning bytes/device (raises on OOM)."""
+def compile_checker(rm, hw: Hardware, log: XlaLog | None = None) -> Callable[[Candidate], float]:
+    """A function compiling a candidate of `rm` for `hw`'s topology, returning bytes/device (raises on OOM);
+    XLA's warnings go to `log` (one summary line per kind) instead of the terminal."""
+    from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.tune.step import build_step
 
     if hw.slice is None:
         raise ValueError("compile checks need a TPU slice")
-    devices = topology_devices(hw.slice.topology_name)
+    log = log if log is not None else XlaLog()
+    with log.capture(f"topology {hw.slice.topology_name}"):  # (libtpu's start-up warnings)
+        devices = topology_devices(hw.slice.topology_name)
 
     def check(c: Candidate) -> float:
-        built = build_step(rm.spec, rm.config, c, devices=devices, materialize=False)
-        return compiled_bytes(built.lower().compile())
+        with log.capture(c.key), for_tpu_target():
+            built = build_step(rm.spec, rm.config, c, devices=devices, materialize=False, scan_layers=True)
+            return compiled_bytes(built.lower().compile())
 
     return check

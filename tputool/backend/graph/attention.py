@@ -9,7 +9,8 @@ backward is `tputool::sdpa_backward`. Their JAX lowerings:
   row is ever fully masked);
 - the backward is the VJP of that forward, recomputed from q, k, v: the [L, S] probabilities are not
   saved between forward and backward.
-Calls with dropout, a mask that needs a gradient, or inside autocast are left to PyTorch's decomposition.
+With a tuned config active (`runtime.STATE.sdpa_kernel`, e.g. the Pallas splash or flash kernel) the calls
+the kernel can compute use it instead. Calls with dropout, a mask that needs a gradient, or inside autocast are left to PyTorch's decomposition.
 The ops' own kernels (used wherever a graph is not lowered) compute the same math with torch ops (for
 bf16/f16 inputs equal up to that dtype's rounding). Only calls whose q, k and v agree in batch and head
 dims (or group heads by enable_gqa) are rewritten: broadcasting ones keep PyTorch's decomposition.
@@ -24,7 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, fx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from tputool.backend.graph.attention_jax import attention_scale, sdpa_backward_jax, sdpa_jax
+from tputool.backend.graph.attention_jax import attention_scale
+from tputool.backend.graph.attention_kernels import sdpa_backward_lowering, sdpa_lowering
 from tputool.backend.lowerings import lowering
 
 # ---- the ops and their torch kernels --------------------------------------------------------------------
@@ -103,10 +105,10 @@ def _backward(ctx, grad):
 sdpa.register_autograd(_backward, setup_context=_setup_context)
 
 
-# ---- JAX lowerings (tputool/backend/graph/attention_jax.py) --------------------------------------------
+# ---- JAX lowerings (graph/attention_jax.py; a tuned config's kernel from graph/attention_kernels.py) -----
 
-lowering(torch.ops.tputool.sdpa.default)(sdpa_jax)
-lowering(torch.ops.tputool.sdpa_backward.default)(sdpa_backward_jax)
+lowering(torch.ops.tputool.sdpa.default)(sdpa_lowering)
+lowering(torch.ops.tputool.sdpa_backward.default)(sdpa_backward_lowering)
 
 
 # ---- the Dynamo-graph rewrite ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Scaled dot-product attention in JAX with PyTorch's semantics: the lowering of `tputool::sdpa` (and its
-backward) and the building block of the tuner's attention implementations (tputool/tune/attention.py).
+"""Scaled dot-product attention in JAX with PyTorch's semantics: the default lowering of `tputool::sdpa` and
+the building block of the attention implementations (graph/attention_kernels.py, which also holds its VJP).
 
 Semantics: scores and softmax in float32 (also for bf16/f16 inputs); the value product takes the
 probabilities in the value's dtype and accumulates in float32, as PyTorch's fused GPU kernels do (its CPU
@@ -70,10 +70,3 @@ def sdpa_jax(query, key, value, attn_mask, is_causal: bool, scale: float | None,
                    causal=True, q_offset=a)
             for a, b in causal_row_blocks(query.shape[-2])]
     return (outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-2)).astype(query.dtype)
-
-
-def sdpa_backward_jax(grad, query, key, value, attn_mask, is_causal: bool, scale: float | None,
-                      enable_gqa: bool):
-    """The lowering of `tputool::sdpa_backward`: the VJP of `sdpa_jax`, recomputing the forward."""
-    _, vjp = jax.vjp(lambda q, k, v: sdpa_jax(q, k, v, attn_mask, is_causal, scale, enable_gqa), query, key, value)
-    return vjp(grad.astype(query.dtype))

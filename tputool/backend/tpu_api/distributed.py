@@ -1,9 +1,9 @@
 """`torch.tpu.distributed`: meshes and launch settings.
 
 `topology_aware_mesh` is torch.tpu.topology_aware_mesh (built by tputool.mesh). `set_tpu_launch_env` writes
-the libtpu variables that split a host's chips between processes. The rest tune or guard TorchTPU's
-multi-process runtime, which the bundled backend does not have (one process, world size 1): they raise
-NotImplementedError saying so.
+the libtpu variables that split a host's chips between processes. The rest tune or guard TorchTPU's own
+multi-process collective runtime; the bundled backend's process group runs its collectives on JAX's runtime
+(`tputool.backend.distributed`), where XLA chooses how: they raise NotImplementedError saying so.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def _multi_process_only(name: str) -> Callable[..., Any]:
     def fn(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             f"torch.tpu.distributed.{name} is not available in tputool's bundled backend: it configures "
-            "TorchTPU's multi-process collective runtime, and the bundled backend runs one process (world "
-            "size 1; multi-process collectives are not implemented yet)")
+            "TorchTPU's own multi-process collective runtime; the bundled backend's collectives run on JAX's "
+            "distributed runtime, where XLA chooses how they are striped")
 
     fn.__name__ = name
     fn.__doc__ = "Not available here: TorchTPU's multi-process runtime setting."

@@ -3,8 +3,8 @@
 - `splash_sdpa`: attention through JAX's Pallas TPU splash-attention kernel (forward and backward kernels);
   where the device is not a TPU, the same kernel runs in Pallas' interpret mode (slow, for checking only).
 - `ragged_dot`, `ragged_dot_weight_grad`: grouped matmuls through `jax.lax.ragged_dot` (and its VJP).
-- `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension, with the single-process
-  semantics of the bundled distributed backend (world size 1: a copy); more processes is not implemented.
+- `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension over a process group (the
+  tpu group across processes; world size 1: a copy).
 - `optimization_barrier`: `jax.lax.optimization_barrier` over tensors.
 - `max_pool1d/2d/3d` and their `_backward`: max pooling (PyTorch's semantics) in JAX and its VJP.
 The rest of TorchTPU's list raises NotImplementedError saying why (SparseCore hardware, point-to-point
@@ -37,27 +37,11 @@ SPLASH_BLOCK = 128
 
 # ---- attention -----------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=64)
-def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool) -> Callable:
-    """JAX's splash kernel for one shape and mask, over (heads, seq, dim) arrays (interpret mode off TPU)."""
-    from jax.experimental.pallas.ops.tpu import splash_attention as sa
-
-    blk = SPLASH_BLOCK
-    sizes = sa.BlockSizes(block_q=blk, block_kv=blk, block_kv_compute=blk, block_q_dkv=blk, block_kv_dkv=blk,
-                          block_kv_dkv_compute=blk, block_q_dq=blk, block_kv_dq=blk)
-    one = sa.CausalMask((q_len, kv_len)) if causal else sa.FullMask((q_len, kv_len))
-    with jax.ensure_compile_time_eval():  # (concrete mask arrays, though built while a computation traces)
-        return sa.make_splash_mha_single_device(sa.MultiHeadMask([one] * heads), block_sizes=sizes,
-                                                interpret=jax.devices()[0].platform != "tpu")
-
-
 def _splash_attention(q, k, v, *, causal: bool, scale: float):
-    """(batch, heads, seq, dim) attention through the splash kernel (built while JAX traces: static shapes)."""
-    from tputool.backend.graph.attention_jax import expand_kv
+    """(batch, heads, seq, dim) attention through the splash kernel (graph/attention_kernels.py)."""
+    from tputool.backend.graph.attention_kernels import splash_attention
 
-    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal)
-    k, v = expand_kv(q, k, v)
-    return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v).astype(q.dtype)
+    return splash_attention(q, k, v, None, causal, scale, SPLASH_BLOCK)
 
 
 def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, is_causal: bool = False,
@@ -110,24 +94,34 @@ def _world_size(group) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def _single_process(name: str, group) -> None:
-    n = _world_size(group)
-    if n > 1:
-        raise NotImplementedError(
-            f"torch.tpu.ops.{name}: world size {n}: collectives between processes need JAX's multi-process "
-            "runtime, which the bundled backend does not implement yet (one process per host, world size 1)")
-
-
 def all_gather_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
-    """Every rank's `tensor`, concatenated along `dim` (one process: a copy of `tensor`)."""
-    _single_process("all_gather_dim", group)
-    return tensor.clone()
+    """Every rank's `tensor`, concatenated along `dim` in rank order (one process: a copy of `tensor`)."""
+    import torch.distributed as dist
+
+    n = _world_size(group)
+    if n == 1:
+        return tensor.clone()
+    x = tensor.movedim(dim, 0).contiguous()
+    out = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x, group=group)
+    return out.movedim(0, dim)
 
 
 def reduce_scatter_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
-    """The sum over ranks of `tensor`, split along `dim`, this rank's part (one process: a copy)."""
-    _single_process("reduce_scatter_dim", group)
-    return tensor.clone()
+    """The sum over ranks of `tensor`, split along `dim` into world-size parts: this rank's part (one
+    process: a copy)."""
+    import torch.distributed as dist
+
+    n = _world_size(group)
+    if n == 1:
+        return tensor.clone()
+    if tensor.shape[dim] % n:
+        raise ValueError(f"torch.tpu.ops.reduce_scatter_dim: dimension {dim} of size {tensor.shape[dim]} does not "
+                         f"split into {n} equal parts")
+    x = tensor.movedim(dim, 0).contiguous()
+    out = torch.empty((x.shape[0] // n, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x, group=group)
+    return out.movedim(0, dim)
 
 
 def _barrier(*arrays):

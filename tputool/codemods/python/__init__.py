@@ -9,6 +9,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
+from tputool.codemods.python.registry import port_rules, triggers
 from tputool.codemods.python.speed.cold_triggers import mask_triggers
 from tputool.codemods.python.speed.imports_prune import prune_imports
 from tputool.codemods.python.tables import RELEVANT_ROOTS
@@ -16,20 +17,9 @@ from tputool.rules.model import Finding, Settings
 
 # At least one of these byte strings appears in any file where a Python rule can fire; the engine skips
 # files holding none of them (tests/codemods/test_rules_fixtures.py checks every fixture input has one).
-PYTHON_TRIGGERS: tuple[bytes, ...] = (
-    b"cuda", b"Cuda", b"CUDA", b"nccl", b"NCCL", b"half", b"float16", b"float64", b"double", b"triton",
-    b"apex", b"bitsandbytes", b"flash_attn", b"flash_attention", b"xformers", b"deepspeed", b"cudnn",
-    b"GradScaler", b"compile", b"nvtx", b"nvml", b"GPUtil", b"nvidia", b"fp16", b"sdp", b"fused",
-    b"device_map", b"max_memory", b"load_in_", b"accelerate", b"Accelerator", b"DataParallel",
-    b"FullyShardedDataParallel", b"device_ids", b"cpp_extension", b"torch.ops", b"_mm", b"channels_last",
-    b"jit", b"mps", b"xpu", b"_inductor", b"ProfilerActivity", b"item", b"cpu", b"tolist", b"numpy",
-    b"nonzero", b"unique", b"masked_select", b"argwhere", b"where", b"head_dim", b"hidden_size", b"d_model",
-    b"n_embd", b"embed_dim", b"hidden_dim", b"intermediate_size", b"dim_head", b"head_size", b"ffn_dim",
-    b"d_ff", b"kv_channels", b"d_head", b"d_kv", b"flop", b"FLOP", b"A100", b"H100", b"H200", b"B200",
-    b"V100", b"A10", b"A6000", b"L4", b"T4", b"RTX", b"gpustat", b"set_default_tensor_type", b"peft",
-    b"BitsAndBytes", b"sort", b"topk", b"device", b"map_location", b".to(", b"autocast", b"custom_fwd",
-    b"custom_bwd", b"set_float32", b"backend", b"OutOfMemory",
-)
+# They are the catalogue rules' triggers (tputool/rules/port.py), derived in registry.py.
+_TRIGGERS = triggers(port_rules())
+PYTHON_TRIGGERS: tuple[bytes, ...] = _TRIGGERS.prefilter()
 
 
 def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[Finding]]:
@@ -66,7 +56,7 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
 
 
 _ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
-_MASK_TRIGGERS = mask_triggers(_ALL_TRIGGERS)
+_MASK_TRIGGERS = mask_triggers(_TRIGGERS)
 
 
 def _trigger_names(targets: dict[str, str]) -> list[str]:

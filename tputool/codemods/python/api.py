@@ -13,6 +13,9 @@ from tputool.codemods.python.tables import (
     AUTOCAST_GENERIC,
     BUILTIN_OP_NAMESPACES,
     CUDA_CATCH_ALL,
+    CUDA_ENV_EXACT,
+    CUDA_ENV_PREFIXES,
+    CUDA_VISIBLE,
     FIND,
     FP16_QNAMES,
     OWNED,
@@ -22,6 +25,7 @@ from tputool.codemods.python.tables import (
     Ref,
 )
 from tputool.rules.model import Severity
+from tputool.rules.port import RULES
 
 
 def lookup(q: str) -> tuple[str, Ref] | None:
@@ -365,9 +369,8 @@ def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
 
 
 def _note(code: str) -> str | None:
-    return {"TPU210": "XLA manages TPU memory; drop references to free it",
-            "TPU218": "use torch.profiler.record_function for TPU trace markers",
-            "TPU404": "F.scaled_dot_product_attention stays; the TPU backend picks its kernel"}.get(code)
+    """The note a statement removal or `with` unwrapping of rule `code` carries (its catalogue entry's)."""
+    return RULES[code].port.fix_note
 
 
 def statements(t: PortBase, orig_body, upd_body) -> list | None:
@@ -422,16 +425,15 @@ def with_unwrap(t: PortBase, orig: cst.With, upd: cst.With):
     return cst.FlattenSentinel(stmts)
 
 
-def string_literal(t: PortBase, orig: cst.SimpleString) -> None:
-    """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only)."""
-    from tputool.codemods.python.tables import CUDA_ENV_EXACT, CUDA_ENV_PREFIXES, CUDA_VISIBLE
-
+def string_literal(t: PortBase, orig: cst.SimpleString, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """TPU412/TPU413 env var names, TPU512 nvidia-smi in Python strings (findings only: `upd` comes back)."""
     v = literal(orig)
     if not v or len(v) > 80:
-        return
+        return upd
     if v in CUDA_VISIBLE:
         t.fire("TPU412", orig)
     elif v in CUDA_ENV_EXACT or v.startswith(CUDA_ENV_PREFIXES):
         t.fire("TPU413", orig, message=f"{v} has no effect on TPU; remove it")
     elif v.split(" ")[0] in ("nvidia-smi", "gpustat"):
         t.fire("TPU512", orig)
+    return upd

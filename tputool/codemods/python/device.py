@@ -51,16 +51,17 @@ def _device_of_index(t: PortBase, value: cst.BaseExpression) -> cst.BaseExpressi
     return t.expr(f'{t.torch("device")}("tpu", {t.code(value)})')
 
 
-def own_cuda_method(t: PortBase, node: cst.FunctionDef) -> None:
+def own_cuda_method(t: PortBase, node: cst.FunctionDef, upd: cst.FunctionDef) -> cst.FunctionDef:
     """TPU101 (report): a class of the user's defines its own `cuda()` method. Port rewrites `x.cuda()` calls to
     `x.to("tpu")`, which such a class may not have; give it a `to(device)` method (or rename the call)."""
     if node.name.value != "cuda" or not isinstance(t.parent(t.parent(node)), cst.ClassDef):
-        return
+        return upd
     params = node.params.params
     if params and params[0].name.value in ("self", "cls"):
         t.fire("TPU101", node, fixable=False,
                message="this class defines its own cuda(); port rewrites `.cuda()` calls to `.to(\"tpu\")`, so give "
                        "the class a `to(device)` method (or keep the calls on its objects by hand)")
+    return upd
 
 
 def cuda_method(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:

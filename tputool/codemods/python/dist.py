@@ -135,8 +135,8 @@ def backend_assign(t: PortBase, orig: cst.Assign, upd: cst.Assign) -> cst.BaseSm
     return upd.with_changes(value=new)
 
 
-def ds_config(t: PortBase, orig: cst.Dict) -> None:
-    """TPU511: a DeepSpeed-style {"fp16": {"enabled": True}} config in Python."""
+def ds_config(t: PortBase, orig: cst.Dict, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """TPU511: a DeepSpeed-style {"fp16": {"enabled": True}} config in Python (findings only: `upd` comes back)."""
     for e in orig.elements:
         if isinstance(e, cst.DictElement) and literal(e.key) == "fp16" and isinstance(e.value, cst.Dict):
             for inner in e.value.elements:
@@ -144,3 +144,4 @@ def ds_config(t: PortBase, orig: cst.Dict) -> None:
                         and isinstance(inner.value, cst.Name) and inner.value.value == "True":
                     t.fire("TPU511", e, message='DeepSpeed fp16 config: TPU needs bf16 ("bf16": {"enabled": '
                                                 "true}) and a TorchTPU DeepSpeed accelerator")
+    return upd

@@ -96,10 +96,11 @@ def _number(node: cst.BaseExpression) -> float | None:
     return None
 
 
-def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
-    """TPU603 head_dim = 64; TPU604 flops_promised = 312e12 (# A100)."""
+def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign, upd: cst.Assign | cst.AnnAssign
+                 ) -> cst.Assign | cst.AnnAssign:
+    """TPU603 head_dim = 64; TPU604 flops_promised = 312e12 (# A100) (findings only: `upd` comes back)."""
     if orig.value is None:
-        return
+        return upd
     targets = [orig.target] if isinstance(orig, cst.AnnAssign) else [x.target for x in orig.targets]
     names = [x.value if isinstance(x, cst.Name) else x.attr.value for x in targets
              if isinstance(x, cst.Name | cst.Attribute)]
@@ -107,19 +108,21 @@ def assign_lints(t: PortBase, orig: cst.Assign | cst.AnnAssign) -> None:
         _dim(t, orig, orig.value)
     n = _number(orig.value)
     if n is None or not n >= 1e12:  # both TPU604 conditions need n >= 1e12; checked before the position
-        return
+        return upd
     line = t.pos(orig)[0]
     text = t.lines[line - 1] if 0 < line <= len(t.lines) else ""
     comment = text.split("#", 1)[1] if "#" in text else ""
     flops_name = any("flop" in x.lower() for x in names)
     if flops_name or GPU_MODEL_RE.search(comment):
         t.fire("TPU604", orig)
+    return upd
 
 
-def dict_lints(t: PortBase, orig: cst.Dict) -> None:
-    """TPU603 in config dicts: {"head_dim": 64}."""
+def dict_lints(t: PortBase, orig: cst.Dict, upd: cst.BaseExpression) -> cst.BaseExpression:
+    """TPU603 in config dicts: {"head_dim": 64} (findings only: `upd` comes back)."""
     from tputool.codemods.python.strings import literal
 
     for e in orig.elements:
         if isinstance(e, cst.DictElement) and (literal(e.key) or "") in DIM_NAMES:
             _dim(t, e, e.value)
+    return upd

@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 from libcst.metadata import QualifiedNameProvider
 
-from tputool.codemods.python import amp, api, device, dist, perf
+from tputool.codemods.python import api
 from tputool.codemods.python.context import PortBase
 from tputool.codemods.python.imports import import_findings
+from tputool.codemods.python.registry import hooks, port_rules
 
-# Call handlers run in this order on every call (each may return a new node for the next).
-CALL_HANDLERS = (
-    api.owned_elsewhere,
-    device.format_call,
-    device.cuda_method,
-    device.to_call,
-    device.torch_device,
-    device.set_device_arg,
-    device.device_kwargs,
-    device.lookup_default,
-    device.argparse_call,
-    device.startswith_check,
-    amp.cuda_autocast,
-    amp.generic_autocast,
-    amp.grad_scaler,
-    amp.custom_fwd_call,
-    amp.precision_methods,
-    amp.dtype_kwargs,
-    dist.backend_args,
-    dist.ddp,
-    dist.compile_call,
-    dist.fused_optimizer,
-    dist.hf_kwargs,
-    perf.call_lints,
-    api.bf16_supported,  # last: it may replace the call by `True`
-)
+# The rules' handlers by node kind, in order, from the catalogue entries (tputool/rules/port.py).
+_HOOKS = hooks(port_rules())
+# Call handlers run in this order on every call (each may return a new node for the next); the first reports
+# statement- and with-owned calls used elsewhere (the STATEMENT_CALLS / WITH_UNWRAP machinery).
+CALL_HANDLERS = (api.owned_elsewhere, *_HOOKS.pop("Call", ()))
 
 
 class _Rules(PortBase):
@@ -52,15 +34,6 @@ class _Rules(PortBase):
         import_findings(self, node)
         return False
 
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        new = device.is_cuda_attr(self, original_node, updated_node)
-        if new is not updated_node:
-            return new
-        return api.reference(self, original_node, updated_node)
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        return api.reference(self, original_node, updated_node)
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         q = self.call_qname(original_node)
         node: cst.BaseExpression = updated_node
@@ -69,65 +42,6 @@ class _Rules(PortBase):
                 break
             node = handler(self, original_node, node, q)
         return node
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        device.own_cuda_method(self, node)
-        return True
-
-    def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
-        return amp.decorator(self, original_node, updated_node)
-
-    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString
-                           ) -> cst.BaseExpression:
-        api.string_literal(self, original_node)
-        return updated_node
-
-    def leave_FormattedString(self, original_node: cst.FormattedString, updated_node: cst.FormattedString
-                              ) -> cst.BaseExpression:
-        return device.dynamic_string(self, original_node, updated_node)
-
-    def leave_BinaryOperation(self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
-                              ) -> cst.BaseExpression:
-        device.modulo_device_count(self, original_node, updated_node)
-        return device.dynamic_string(self, original_node, updated_node)
-
-    def leave_BooleanOperation(self, original_node: cst.BooleanOperation, updated_node: cst.BooleanOperation
-                               ) -> cst.BaseExpression:
-        return api.and_true(self, original_node, updated_node)
-
-    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
-        return device.ifexp(self, original_node, updated_node)
-
-    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison
-                         ) -> cst.BaseExpression:
-        return device.comparison(self, original_node, updated_node)
-
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.BaseSmallStatement:
-        perf.assign_lints(self, original_node)
-        node = device.assign_default(self, original_node, updated_node)
-        return dist.backend_assign(self, original_node, node)
-
-    def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign
-                        ) -> cst.BaseSmallStatement:
-        perf.assign_lints(self, original_node)
-        return device.assign_default(self, original_node, updated_node)
-
-    def leave_Param(self, original_node: cst.Param, updated_node: cst.Param) -> cst.Param:
-        return device.param_default(self, original_node, updated_node)
-
-    def leave_Tuple(self, original_node: cst.Tuple, updated_node: cst.Tuple) -> cst.BaseExpression:
-        return device.sequence_devices(self, original_node, updated_node)
-
-    def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
-        return device.sequence_devices(self, original_node, updated_node)
-
-    def leave_Set(self, original_node: cst.Set, updated_node: cst.Set) -> cst.BaseExpression:
-        return device.sequence_devices(self, original_node, updated_node)
-
-    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
-        dist.ds_config(self, original_node)
-        perf.dict_lints(self, original_node)
-        return device.dict_default(self, original_node, updated_node)
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine,
                                   updated_node: cst.SimpleStatementLine):
@@ -182,6 +96,46 @@ class _Rules(PortBase):
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):
         return api.with_unwrap(self, original_node, updated_node)
+
+
+def _leave(kind: type[cst.CSTNode], handlers: tuple) -> Callable:
+    """A leave_<kind> method running `handlers` in turn while the node keeps its kind (one: the handler itself)."""
+    if len(handlers) == 1:
+        return handlers[0]
+
+    def leave(self, original_node, updated_node):
+        node = updated_node
+        for handler in handlers:
+            if not isinstance(node, kind):
+                break
+            node = handler(self, original_node, node)
+        return node
+
+    leave.__name__ = f"leave_{kind.__name__}"
+    return leave
+
+
+def _leave_reference(handlers: tuple) -> Callable:
+    """leave_Attribute/leave_Name: the handlers until one changes the node, else the reference machinery (REFS)."""
+    if not handlers:
+        return api.reference
+
+    def leave(self, original_node, updated_node):
+        for handler in handlers:
+            new = handler(self, original_node, updated_node)
+            if new is not updated_node:
+                return new
+        return api.reference(self, original_node, updated_node)
+
+    return leave
+
+
+for _kind in ("Attribute", "Name"):
+    setattr(_Rules, f"leave_{_kind}", _leave_reference(_HOOKS.pop(_kind, ())))
+for _kind, _handlers in _HOOKS.items():
+    if f"leave_{_kind}" in vars(_Rules) or f"visit_{_kind}" in vars(_Rules):
+        raise ValueError(f"port handlers of {_kind} nodes: the transformer's own machinery handles that kind")
+    setattr(_Rules, f"leave_{_kind}", _leave(getattr(cst, _kind), _handlers))
 
 
 class PortTransformer(_Rules):

@@ -1,4 +1,4 @@
-"""What makes a statement "hot" for cold.py: the pre-filter triggers, some narrowed to what their rules need.
+"""What makes a statement "hot" for cold.py: the catalogue's triggers by kind (see registry.Triggers).
 
 The file pre-filter (PYTHON_TRIGGERS) matches bytes anywhere; inside a file the rewriter can be stricter
 per statement, which is what lets it hide most of a big module:
@@ -7,21 +7,17 @@ per statement, which is what lets it hide most of a big module:
 - `digit_words` are the dimension names of TPU603, which fires only on an integer literal: they make a
   statement hot only when it also holds a digit;
 - every other trigger stays a plain substring.
+A rule declares each trigger's kind in its catalogue entry (`Port.triggers/words/digit_words`).
 tests/codemods/test_cold.py checks that hiding statements never changes what `port` produces.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tputool.codemods.python.tables import DIM_NAMES, DYNAMIC_SHAPE_FUNCS, HOST_SYNC_METHODS, INT64_SORTS
-
-# Triggers whose rules look only at a whole identifier (HOST_SYNC_METHODS, torch.where, int64 sorts,
-# torch.compile), and the extra spellings the plain substring covered (argsort, msort, unique_consecutive).
-WORD_TRIGGERS: frozenset[str] = frozenset({"where", "compile", *HOST_SYNC_METHODS, *INT64_SORTS, *DYNAMIC_SHAPE_FUNCS})
-# The plain triggers these replace (each is a word trigger or a substring of one).
-NARROWED: frozenset[str] = frozenset({"item", "cpu", "tolist", "numpy", "where", "sort", "topk", "compile",
-                                      "nonzero", "unique", "masked_select", "argwhere"})
+if TYPE_CHECKING:
+    from tputool.codemods.python.registry import Triggers
 
 
 @dataclass(frozen=True)
@@ -33,10 +29,6 @@ class MaskTriggers:
     digit_words: frozenset[str]
 
 
-def mask_triggers(plain: tuple[str, ...]) -> MaskTriggers:
-    """Split the pre-filter's trigger strings into the three kinds."""
-    narrowed = NARROWED | DIM_NAMES
-    missing = narrowed - set(plain)
-    if missing:
-        raise ValueError(f"narrowed triggers that are not pre-filter triggers: {sorted(missing)}")
-    return MaskTriggers(tuple(t for t in plain if t not in narrowed), WORD_TRIGGERS, DIM_NAMES)
+def mask_triggers(triggers: Triggers) -> MaskTriggers:
+    """The catalogue's triggers as cold.py reads them."""
+    return MaskTriggers(triggers.plain, frozenset(triggers.words), frozenset(triggers.digit_words))

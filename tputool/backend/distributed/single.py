@@ -1,36 +1,17 @@
-"""torch.distributed backends "tpu" and "tpu_dist" for the bundled tpu device: one process, world size 1.
-
-Ported scripts that call `dist.init_process_group("tpu")` (or "tpu_dist", the default for the tpu device)
-and wrap their model in DDP run unchanged on one host: every collective over a single rank is the identity
-(all_reduce, broadcast, barrier) or a copy (all_gather, reduce_scatter, all_to_all, gather, scatter).
-Devices inside one process are used through SPMD sharding instead (`tputool.backend.graph.sharding`).
-
-Multi-host / multi-process training is NOT implemented: it needs JAX's distributed runtime
-(`jax.distributed.initialize(coordinator_address, num_processes, process_id)`) so that every process sees
-the global device mesh; a world size above 1 is refused with that explanation.
-"""
+"""The world-size-1 group: every collective over one rank is the identity or a copy (no JAX runtime needed)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
-BACKEND_NAMES = ("tpu_dist", "tpu")
-"""Registered names; the first is the default for the tpu device (as in TorchTPU)."""
 
-MULTI_PROCESS_ERROR = (
-    "tpu distributed backend: world_size={world_size} needs JAX's multi-process runtime "
-    "(jax.distributed.initialize), which tputool's bundled backend does not implement; run one process per "
-    "host and use SPMD sharding over the host's devices (tputool.backend.graph.sharding)"
-)
-
-
-def _done(result: object = None) -> dist.Work:
+def done(result: object = None) -> dist.Work:
+    """A Work already completed with `result` (its future holds it; DDP's Reducer reads the future)."""
     fut: Future = Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
@@ -41,7 +22,25 @@ def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-class SingleRankProcessGroup(dist.ProcessGroup):
+class NamedProcessGroup(dist.ProcessGroup):
+    """A Python ProcessGroup that keeps the name torch.distributed gives it (DeviceMesh, FSDP2 and the
+    functional collectives look groups up by name; a Python subclass has none of its own)."""
+
+    _group_name: str | None = None
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        """The name torch.distributed registered this group under."""
+        if self._group_name is None:
+            raise RuntimeError("tpu process group: no name set yet (torch.distributed names a group when it "
+                               "creates it)")
+        return self._group_name
+
+
+class SingleRankProcessGroup(NamedProcessGroup):
     """A ProcessGroup of one rank: collectives complete at once, leaving each tensor as one rank's result."""
 
     def __init__(self, name: str) -> None:
@@ -62,32 +61,32 @@ class SingleRankProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: Sequence[torch.Tensor], opts: object = None) -> dist.Work:
         """Sum/avg/min/max/product over one rank: the tensors unchanged."""
-        return _done(list(tensors))
+        return done(list(tensors))
 
     def allreduce_coalesced(self, tensors: Sequence[torch.Tensor], opts: object = None) -> dist.Work:
         """As allreduce, for a list of tensors."""
-        return _done(list(tensors))
+        return done(list(tensors))
 
     def broadcast(self, tensors: Sequence[torch.Tensor], opts: object = None) -> dist.Work:
         """Rank 0 is the only source: the tensors unchanged."""
-        return _done(list(tensors))
+        return done(list(tensors))
 
     def barrier(self, opts: object = None) -> dist.Work:
         """Nothing to wait for."""
-        return _done()
+        return done()
 
     def allgather(self, outputs: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor],
                   opts: object = None) -> dist.Work:
         """outputs[i][0] <- inputs[i]."""
         for out, inp in zip(outputs, inputs, strict=True):
             _copy_into(out[0], inp)
-        return _done(list(outputs))
+        return done(list(outputs))
 
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: object = None) -> dist.Work:
         """The gathered tensor of one rank is its input."""
         _copy_into(output.view(input.shape), input)
-        return _done([output])
+        return done([output])
 
 
     def reduce_scatter(self, outputs: Sequence[torch.Tensor], inputs: Sequence[Sequence[torch.Tensor]],
@@ -95,25 +94,25 @@ class SingleRankProcessGroup(dist.ProcessGroup):
         """outputs[i] <- inputs[i][0]."""
         for out, inp in zip(outputs, inputs, strict=True):
             _copy_into(out, inp[0])
-        return _done(list(outputs))
+        return done(list(outputs))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: object = None) -> dist.Work:
         """One rank's shard is the whole input."""
         _copy_into(output, input.view(output.shape))
-        return _done([output])
+        return done([output])
 
     def alltoall(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                  opts: object = None) -> dist.Work:
         """outputs[0] <- inputs[0]."""
         for out, inp in zip(outputs, inputs, strict=True):
             _copy_into(out, inp)
-        return _done(list(outputs))
+        return done(list(outputs))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None,
                           input_split_sizes: list[int] | None, opts: object = None) -> dist.Work:
         """All data stays on rank 0."""
         _copy_into(output, input)
-        return _done([output])
+        return done([output])
 
     def gather(self, outputs: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor],
                opts: object = None) -> dist.Work:
@@ -135,33 +134,15 @@ class SingleRankProcessGroup(dist.ProcessGroup):
         """As all_gather_single, for lists of tensors."""
         for out, inp in zip(outputs, inputs, strict=True):
             self.all_gather_single(out, inp)
-        return _done(list(outputs))
+        return done(list(outputs))
 
     def reduce_scatter_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: object = None) -> dist.Work:
         """As reduce_scatter_single, for lists of tensors."""
         for out, inp in zip(outputs, inputs, strict=True):
             self.reduce_scatter_single(out, inp)
-        return _done(list(outputs))
+        return done(list(outputs))
 
     def reduce(self, tensors: Sequence[torch.Tensor], opts: object = None) -> dist.Work:
         """Reduce to rank 0: the tensors unchanged."""
-        return _done(list(tensors))
-
-
-def _creator(name: str):
-    def create(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> SingleRankProcessGroup:
-        if world_size != 1:
-            raise RuntimeError(MULTI_PROCESS_ERROR.format(world_size=world_size))
-        return SingleRankProcessGroup(name)
-
-    return create
-
-
-def register() -> None:
-    """Register "tpu_dist" (the default for the tpu device) and "tpu" with torch.distributed (idempotent)."""
-    if not dist.is_available():
-        return
-    for name in BACKEND_NAMES:
-        if name not in dist.Backend.backend_list:
-            dist.Backend.register_backend(name, _creator(name), devices=["tpu", "cpu"])
+        return done(list(tensors))
