@@ -72,6 +72,7 @@ def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> N
     for want, got in zip(cpu, tpu, strict=True):
         torch.testing.assert_close(got["eager"], want["eager"])
         torch.testing.assert_close(got["compiled"], want["eager"])
+        assert got["graphs"] == {"one_program": 1}  # (the whole graph, collectives included, as one computation)
 
 
 @pytest.mark.slow  # (~1 min; the one-process run of the same port is in tests/test_end_to_end.py)

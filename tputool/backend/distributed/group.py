@@ -77,6 +77,11 @@ class TpuProcessGroup(NamedProcessGroup):
         """The registered backend name this group was created under."""
         return self._name
 
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """Each rank's device, in group rank order (its process's first device)."""
+        return self._devices
+
     def _program(self, kind: str, a: jax.Array, *params) -> programs.Collective:
         key = (kind, a.shape, a.dtype, params)
         prog = self._cache.get(key)
