@@ -168,16 +168,19 @@ def spmd_for(gm: fx.GraphModule, uses_rng: bool) -> Spmd | None:
                           f"cut around each ({why}); the pieces between are compiled", stacklevel=2)
         return None
     GRAPHS["one_program"] += 1
-    return Spmd(group.devices, name)
+    ops = ",".join(n.target._schema.name.split("::")[1] for n in gm.graph.nodes if is_multi_rank(n))
+    return Spmd(group.devices, name, group.check, f"compiled graph [{ops}]")
 
 
 class Spmd:
     """Runs a graph's function as one `shard_map` computation over a group's devices, one rank per process.
 
     Each array input and output gets a leading axis of 1 (this rank's block); the global arrays hold the ranks'
-    blocks side by side along it (scalars included). Non-array outputs (sizes, None) are kept from tracing."""
+    blocks side by side along it (scalars included). Non-array outputs (sizes, None) are kept from tracing.
+    Before each run the ranks exchange `call` and the input shapes through `check` (the group's handshake)."""
 
-    def __init__(self, devices: Sequence[jax.Device], group_name: str) -> None:
+    def __init__(self, devices: Sequence[jax.Device], group_name: str, check: Callable[[str], Any],
+                 call: str) -> None:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -188,6 +191,8 @@ class Spmd:
         self.group_name = group_name
         self._spec = P(AXIS)
         self._sharding = NamedSharding(self.mesh, self._spec)
+        self._check = check
+        self._call = call
 
     def wrap(self, fn: Callable[..., tuple]) -> Callable[..., tuple]:
         """`fn(rng_key, *inputs)` on global arrays: its body traced per rank inside `shard_map`."""
@@ -220,7 +225,9 @@ class Spmd:
         return run
 
     def to_global(self, inputs: Sequence[Any]) -> list[Any]:
-        """Global arrays of this process's `inputs` (non-array inputs pass)."""
+        """Global arrays of this process's `inputs` (non-array inputs pass), once every rank has made the same call."""
+        shapes = ",".join(f"{x.dtype}{list(x.shape)}" if isinstance(x, jax.Array) else repr(x) for x in inputs)
+        self._check(f"{self._call} ({shapes})")
         make, sharding, n = jax.make_array_from_single_device_arrays, self._sharding, self.size
         return [make((n, *x.shape), sharding, [x[None]]) if isinstance(x, jax.Array) else x for x in inputs]
 
