@@ -77,6 +77,16 @@ class TpuProcessGroup(NamedProcessGroup):
         """The registered backend name this group was created under."""
         return self._name
 
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """Each rank's device, in group rank order (its process's first device)."""
+        return self._devices
+
+    def check(self, call: str) -> None:
+        """Exchange the signature `call` of a program every rank runs (a compiled graph's collectives) through
+        the store, as before each collective: a missing rank or a different call is named in a RuntimeError."""
+        self._hs.check(call)
+
     def _program(self, kind: str, a: jax.Array, *params) -> programs.Collective:
         key = (kind, a.shape, a.dtype, params)
         prog = self._cache.get(key)

@@ -49,7 +49,8 @@ class Collective:
 
 
 @functools.cache
-def _mesh(devices: tuple):
+def group_mesh(devices: tuple):
+    """The one-axis (`AXIS`) mesh over `devices`, one per rank in group order (cached)."""
     return meshes.build_mesh((len(devices),), (AXIS,), devices, topology=False)
 
 
@@ -64,11 +65,11 @@ def _pick(a: jax.Array, keep) -> jax.Array:
     return lax.bitcast_convert_type(s, a.dtype)
 
 
-def _reduce(a: jax.Array, op: str, n: int, factor: float | None) -> jax.Array:
+def reduce_block(a: jax.Array, op: str, n: int, factor: float | None) -> jax.Array:
     """All-reduce of block `a` with torch's ReduceOp named `op`."""
     if a.dtype == jnp.bool_:
         kind = {"SUM": "MAX", "PRODUCT": "MIN", "BOR": "MAX", "BAND": "MIN"}.get(op, op)
-        return _reduce(a.astype(jnp.uint8), kind, n, factor).astype(jnp.bool_)
+        return reduce_block(a.astype(jnp.uint8), kind, n, factor).astype(jnp.bool_)
     if op == "SUM":
         return lax.psum(a, AXIS)
     if op == "AVG":
@@ -84,7 +85,7 @@ def _reduce(a: jax.Array, op: str, n: int, factor: float | None) -> jax.Array:
     return functools.reduce(_COMBINE[op], [g[i] for i in range(n)])
 
 
-def _reduce_scatter(a: jax.Array, op: str, n: int, factor: float | None) -> jax.Array:
+def reduce_scatter_block(a: jax.Array, op: str, n: int, factor: float | None) -> jax.Array:
     """This rank's 1/n of the reduction over ranks of `a` (split along dimension 0)."""
     if op in ("SUM", "AVG", "PREMUL_SUM") and a.dtype != jnp.bool_:
         x = a * jnp.asarray(factor, a.dtype) if op == "PREMUL_SUM" else a
@@ -106,11 +107,11 @@ def _reduce_scatter(a: jax.Array, op: str, n: int, factor: float | None) -> jax.
 @functools.lru_cache(maxsize=1024)
 def program(devices: tuple, kind: str, shape: tuple, dtype: np.dtype, *params) -> Collective:
     """The cached collective `kind` over `devices` for blocks of `shape`/`dtype` (params: see each kind)."""
-    mesh = _mesh(devices)
+    mesh = group_mesh(devices)
     n = len(devices)
     if kind == "all_reduce":  # params: op, factor
         op, factor = params
-        return Collective(mesh, lambda a: (_reduce(a, op, n, factor),), [shape], [False])
+        return Collective(mesh, lambda a: (reduce_block(a, op, n, factor),), [shape], [False])
     if kind == "broadcast":  # params: src (group rank)
         (src,) = params
         return Collective(mesh, lambda a: (_pick(a, lax.axis_index(AXIS) == src),), [shape], [False])
@@ -124,7 +125,7 @@ def program(devices: tuple, kind: str, shape: tuple, dtype: np.dtype, *params) -
         return Collective(mesh, gather, [shape], [True] * (n if pieces else 1))
     if kind == "reduce_scatter":  # params: op, factor
         op, factor = params
-        return Collective(mesh, lambda a: (_reduce_scatter(a, op, n, factor),), [shape], [False])
+        return Collective(mesh, lambda a: (reduce_scatter_block(a, op, n, factor),), [shape], [False])
     if kind == "all_to_all":  # params: none (equal splits along dimension 0)
         return Collective(mesh, lambda a: (lax.all_to_all(a, AXIS, 0, 0, tiled=True),), [shape], [False])
     if kind == "all_to_all_v":  # params: the split matrix (rows[i][j]: rows rank i sends to rank j)

@@ -1,37 +1,56 @@
-"""Compiled graphs holding collectives over more than one rank: split around them, each collective through the
-process group.
+"""Compiled graphs holding collectives over more than one rank: one XLA computation over the group's devices,
+or (fallback) split around them, each collective through the process group.
 
 A functional collective (`_c10d_functional.*`) of a one-rank group is lowered inside the graph's computation
-(`lowerings/collectives.py`). Over more ranks, the data of the other processes is only reachable through the
-process group, so `split_compile` cuts the graph at each such collective: the pieces between collectives are
-compiled to one `jax.jit` each (by the caller's `compile_piece`), and each collective runs as PyTorch's op on the
-tpu tensors, which calls the group's collective (whatever group: "tpu", or another backend registered for tpu).
+(`lowerings/collectives.py`). When every multi-rank collective of a graph runs over one multi-process tpu group
+(`distributed/group.TpuProcessGroup`), `spmd_for` gives the graph a `Spmd`: the whole graph is traced inside
+`shard_map` over the group's mesh (one device per process, `programs.group_mesh`), its collectives lowered to
+`jax.lax` collectives over the mesh axis, and each call assembles global arrays from the processes' local
+inputs and returns this process's local outputs, as `programs.Collective` does for one collective.
+
+Otherwise (another backend's group, several groups, an all_to_all of uneven splits, random numbers in the
+graph), `split_compile` cuts the graph at each such collective, with a warning naming why: the pieces between
+collectives are compiled to one `jax.jit` each (by the caller's `compile_piece`), and each collective runs as
+PyTorch's op on the tpu tensors, which calls the group's collective.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import torch
 from torch import fx
 
-from tputool.backend.lowerings.collectives import group_size
+from tputool.backend.lowerings.collectives import even_splits, group_size, over_group
 
 _C10D = "_c10d_functional"
 _WAIT = "wait_tensor"
 
 
+GRAPHS: Counter[str] = Counter()
+"""Compiled graphs with multi-rank collectives: "one_program" (a `Spmd` computation) or "split" (cut)."""
+
+_warned: set[str] = set()
+
+
+def _arg(node: fx.Node, name: str) -> Any:
+    """The value of the schema argument `name` of a collective node."""
+    names = [a.name for a in node.target._schema.arguments]
+    i = names.index(name)
+    return node.args[i] if i < len(node.args) else node.kwargs[name]
+
+
 def _size_of(node: fx.Node) -> int:
     """Ranks of the group a collective node runs over (1 for `wait_tensor`, which is lowered as the identity)."""
-    op = node.target
-    names = [a.name for a in op._schema.arguments]
+    names = [a.name for a in node.target._schema.arguments]
     if "group_size" in names:
-        i = names.index("group_size")
-        return int(node.args[i] if i < len(node.args) else node.kwargs["group_size"])
-    i = names.index("group_name")
-    return group_size(node.args[i] if i < len(node.args) else node.kwargs["group_name"])
+        return int(_arg(node, "group_size"))
+    return group_size(_arg(node, "group_name"))
 
 
 def is_multi_rank(node: fx.Node) -> bool:
@@ -98,6 +117,123 @@ class SplitGraph:
         args.clear()
         out = self.split(*inputs)
         return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def _tpu_group(name: str) -> Any:
+    """The multi-process tpu group registered as `name`, or None (another backend's group)."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _resolve_process_group
+
+    from tputool.backend.distributed.group import TpuProcessGroup
+
+    pg = _resolve_process_group(name)
+    if isinstance(pg, TpuProcessGroup):
+        return pg
+    for group, gname in dist.distributed_c10d._world.pg_names.items():
+        if gname == name and isinstance(group, TpuProcessGroup):
+            return group
+    return None
+
+
+def _why_not_one_program(gm: fx.GraphModule, uses_rng: bool) -> tuple[str, Any, str]:
+    """("", the group, its name) when the graph can run as one computation over its collectives' group, else
+    (why, None, "")."""
+    if uses_rng:
+        return "the graph draws random numbers", None, ""
+    names = {str(_arg(n, "group_name")) for n in gm.graph.nodes if is_multi_rank(n)}
+    if len(names) != 1:
+        return f"its collectives run over {len(names)} groups", None, ""
+    for n in gm.graph.nodes:
+        if is_multi_rank(n) and n.target is torch.ops._c10d_functional.all_to_all_single.default:
+            val = n.args[0].meta.get("val")
+            rows = val.shape[0] if isinstance(val, torch.Tensor) and val.dim() else None
+            if rows is None or not even_splits(rows, _size_of(n), *n.args[1:3]):
+                return "an all_to_all_single has uneven splits", None, ""
+    (name,) = names
+    group = _tpu_group(name)
+    if group is None:
+        return f"group {name!r} is not a multi-process tpu group", None, ""
+    return "", group, name
+
+
+def spmd_for(gm: fx.GraphModule, uses_rng: bool) -> Spmd | None:
+    """A `Spmd` over the one tpu group of `gm`'s multi-rank collectives, or None (warned once per reason:
+    the graph is then split around them)."""
+    why, group, name = _why_not_one_program(gm, uses_rng)
+    if group is None:
+        GRAPHS["split"] += 1
+        if why not in _warned:
+            _warned.add(why)
+            warnings.warn(f"tpu graph: collectives over several ranks run through the process group, the graph "
+                          f"cut around each ({why}); the pieces between are compiled", stacklevel=2)
+        return None
+    GRAPHS["one_program"] += 1
+    ops = ",".join(n.target._schema.name.split("::")[1] for n in gm.graph.nodes if is_multi_rank(n))
+    return Spmd(group.devices, name, group.check, f"compiled graph [{ops}]")
+
+
+class Spmd:
+    """Runs a graph's function as one `shard_map` computation over a group's devices, one rank per process.
+
+    Each array input and output gets a leading axis of 1 (this rank's block); the global arrays hold the ranks'
+    blocks side by side along it (scalars included). Non-array outputs (sizes, None) are kept from tracing.
+    Before each run the ranks exchange `call` and the input shapes through `check` (the group's handshake)."""
+
+    def __init__(self, devices: Sequence[jax.Device], group_name: str, check: Callable[[str], Any],
+                 call: str) -> None:
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from tputool.backend.distributed.programs import AXIS, group_mesh
+
+        self.mesh = group_mesh(tuple(devices))
+        self.size = len(devices)
+        self.group_name = group_name
+        self._spec = P(AXIS)
+        self._sharding = NamedSharding(self.mesh, self._spec)
+        self._check = check
+        self._call = call
+
+    def wrap(self, fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        """`fn(rng_key, *inputs)` on global arrays: its body traced per rank inside `shard_map`."""
+        spec, n, name = self._spec, self.size, self.group_name
+
+        def run(rng_key: Any, *inputs: Any) -> tuple:
+            where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array) or hasattr(x, "aval")]
+            kept: dict[int, Any] = {}
+
+            def body(*blocks: jax.Array) -> tuple:
+                args = list(inputs)
+                for i, b in zip(where, blocks, strict=True):
+                    args[i] = b[0]
+                with over_group(name, n):
+                    outs = fn(rng_key, *args)
+                arrays = []
+                for i, o in enumerate(outs):
+                    if isinstance(o, jax.Array) or hasattr(o, "aval"):
+                        arrays.append(o[None])
+                    else:
+                        kept[i] = o
+                return tuple(arrays)
+
+            mapped = jax.shard_map(body, mesh=self.mesh, in_specs=(spec,) * len(where), out_specs=spec,
+                                   check_vma=False)
+            arrays = mapped(*[inputs[i] for i in where])
+            it = iter(arrays)
+            return tuple(kept[i] if i in kept else next(it) for i in range(len(kept) + len(arrays)))
+
+        return run
+
+    def to_global(self, inputs: Sequence[Any]) -> list[Any]:
+        """Global arrays of this process's `inputs` (non-array inputs pass), once every rank has made the same call."""
+        shapes = ",".join(f"{x.dtype}{list(x.shape)}" if isinstance(x, jax.Array) else repr(x) for x in inputs)
+        self._check(f"{self._call} ({shapes})")
+        make, sharding, n = jax.make_array_from_single_device_arrays, self._sharding, self.size
+        return [make((n, *x.shape), sharding, [x[None]]) if isinstance(x, jax.Array) else x for x in inputs]
+
+    def to_local(self, outs: Sequence[Any]) -> tuple:
+        """This process's block of each global output (non-array outputs pass)."""
+        return tuple(o.addressable_shards[0].data[0] if isinstance(o, jax.Array) else o for o in outs)
 
 
 def split_compile(gm: fx.GraphModule, compile_piece: Callable[[fx.GraphModule], Callable[[list], list]]

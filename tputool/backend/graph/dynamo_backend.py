@@ -24,7 +24,7 @@ from torch import fx
 
 from tputool.backend import memory, op_plan
 from tputool.backend.graph import boundary
-from tputool.backend.graph.jaxify import JaxGraph, jaxify
+from tputool.backend.graph.jaxify import JaxGraph, draws_random, jaxify
 
 _graph_ids = itertools.count()
 
@@ -75,16 +75,21 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
         if torch.distributed.is_available():
             from tputool.backend.graph import collectives
 
-            if collectives.needs_split(gm):  # (collectives over several ranks run through the process group)
+            if collectives.needs_split(gm):  # collectives over several ranks: one program over the group's devices
+                spmd = collectives.spmd_for(gm, draws_random(gm))
+                if spmd is not None:
+                    return _compile(gm, example_inputs, kind, dev, spmd=spmd)
                 return collectives.split_compile(gm, lambda piece: _compile(piece, None, kind, dev))
         return _compile(gm, example_inputs, kind, dev)
 
     return compiler
 
 
-def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any] | None, kind: str, dev: str) -> CompiledGraph:
-    """`gm` lowered by jaxify to one computation, as a boxed callable whose outputs live on `dev`'s type."""
-    graph = jaxify(gm, example_inputs, name=f"graph{next(_graph_ids)}.{kind}", device_checks=True)
+def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any] | None, kind: str, dev: str,
+             spmd: Any = None) -> CompiledGraph:
+    """`gm` lowered by jaxify to one computation, as a boxed callable whose outputs live on `dev`'s type
+    (`spmd`: see `jaxify`)."""
+    graph = jaxify(gm, example_inputs, name=f"graph{next(_graph_ids)}.{kind}", device_checks=True, spmd=spmd)
     graph.key_from = boundary.key_from_words
     return CompiledGraph(graph, dev, boundary.output_devices(gm, dev))
 

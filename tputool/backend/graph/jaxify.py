@@ -206,13 +206,18 @@ class JaxGraph:
     to `tputool.backend.asserts` (raised at the next sync point) and returns the other outputs."""
     donated_calls: int = 0
     """How many calls reused the mutated inputs' buffers."""
+    spmd: Any = None
+    """A `graph.collectives.Spmd`: the graph runs over a process group's devices (its collectives lowered over the
+    group's mesh axis), local inputs in, local outputs out; None: on this process's devices."""
 
     def __post_init__(self) -> None:
         shift = 1  # argument 0 of the jitted function is the RNG key
         static = tuple(p + shift for p in self.static_positions)
         opts = dict(runtime.STATE.compiler_options) or None  # (torch.tpu.compiler.custom_compiler_options)
+        if self.spmd is not None:
+            self.fn = self.spmd.wrap(self.fn)
         self._jitted = jax.jit(self._traced, static_argnums=static, compiler_options=opts)
-        if self.mutated:
+        if self.mutated and self.spmd is None:
             self._donating = jax.jit(self._traced, static_argnums=static, compiler_options=opts,
                                      donate_argnums=tuple(p + shift for p in self.mutated))
 
@@ -235,6 +240,9 @@ class JaxGraph:
 
         `donate`: the buffers of the mutated inputs may be reused for the results (the caller guarantees
         nothing else reads them afterwards)."""
+        spmd = self.spmd
+        if spmd is not None:
+            inputs = spmd.to_global(inputs)
         sig = self._signature(inputs) if (self.static_positions or not self.signatures or self._has_static_out) else None
         if sig is not None and sig not in self.signatures:
             if self.signatures:
@@ -246,6 +254,8 @@ class JaxGraph:
             outs = self._donating(rng_key, *inputs)
         else:
             outs = self._jitted(rng_key, *inputs)
+        if spmd is not None:
+            outs = spmd.to_local(outs)
         if self._has_static_out:
             for i, v in self._static_out[sig].items():
                 outs = outs[:i] + (v,) + outs[i + 1 :]
@@ -263,6 +273,7 @@ def jaxify(
     table: Mapping | None = None,
     to_jax: Callable[[torch.Tensor], jax.Array] | None = None,
     device_checks: bool = False,
+    spmd: Any = None,
 ) -> JaxGraph:
     """Lower ATen graph `gm` to a `JaxGraph`; raises MissingLoweringError naming every op without a lowering.
 
@@ -271,6 +282,7 @@ def jaxify(
     tensor constants (get_attr); by default CPU tensors go through numpy and `tpu` tensors through the backend.
     `device_checks`: checked ops' index checks run on the device and fail at the next sync point
     (`tputool.backend.asserts`), as CUDA's device-side asserts do.
+    `spmd`: a `graph.collectives.Spmd` to run the graph with over a process group (`JaxGraph.spmd`).
     """
     table = default_table() if table is None else table
     missing = missing_lowerings(gm, table, input_mutations=True)
@@ -289,14 +301,18 @@ def jaxify(
                                                                     torch.Tensor)
             and ("val" in n.meta or "example_value" in n.meta)
         )
-    uses_rng = any(
-        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and table[n.target].needs_rng
-        for n in gm.graph.nodes
-        if n.op == "call_function" and n.target in table
-    )
+    uses_rng = draws_random(gm, table)
     sites = check_sites(gm, table) if device_checks else ()
     return JaxGraph(name=name, fn=interpret(gm, table, constants, input_mutations=True, checks=bool(sites)),
-                    uses_rng=uses_rng, static_positions=static, mutated=tuple(mutated_inputs(gm)), check_sites=sites)
+                    uses_rng=uses_rng, static_positions=static, mutated=tuple(mutated_inputs(gm)), check_sites=sites,
+                    spmd=spmd)
+
+
+def draws_random(gm: fx.GraphModule, table: Mapping | None = None) -> bool:
+    """True when a node of `gm` has a lowering that draws random numbers (takes an `rng_key`)."""
+    table = default_table() if table is None else table
+    return any(isinstance(n.target, torch._ops.OpOverload) and n.target in table and table[n.target].needs_rng
+               for n in gm.graph.nodes if n.op == "call_function")
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:

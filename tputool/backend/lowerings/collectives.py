@@ -1,15 +1,19 @@
 """Traced-only lowerings of the functional collectives (`_c10d_functional.*`: what `torch.distributed.
-_functional_collectives`, DTensor and FSDP2 emit, and what torch.compile graphs hold), for groups of one rank.
+_functional_collectives`, DTensor and FSDP2 emit, and what torch.compile graphs hold).
 
 Over one rank every collective is the identity: all_reduce of any op, all_gather and reduce_scatter with a
 group size of 1, all_to_all_single, and `wait_tensor`. Eager mode never runs these (registered
-`traced_only`): there the ops run PyTorch's kernels, which call the tpu process group. A group of more than
-one rank cannot be lowered into the computation: its collectives go through the process group
-(`graph/collectives.py` splits a compiled graph around them, Fused mode runs them eagerly), so these
-lowerings refuse them with `Unsupported`.
+`traced_only`): there the ops run PyTorch's kernels, which call the tpu process group. Over more ranks, a
+collective is lowered to `jax.lax`'s collectives over the mesh axis `programs.AXIS` only while a whole graph
+is traced inside `shard_map` over that group's devices (`over_group`, entered by `graph/collectives.Spmd`);
+anywhere else (Fused mode, a graph cut by `graph/collectives.split_compile`) these lowerings refuse it with
+`Unsupported` and the collective goes through the process group.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -25,9 +29,47 @@ def group_size(group_name: str) -> int:
     return _resolve_process_group(group_name).size()
 
 
-def _one_rank(size: int, what: str) -> None:
-    if size != 1:
-        raise Unsupported(f"{what} over {size} ranks goes through the process group, not inside a computation")
+_TRACED_GROUP: dict[str, int] = {}
+"""The group whose collectives lower to the mesh axis while a graph is traced in `shard_map` (name -> ranks)."""
+
+
+@contextlib.contextmanager
+def over_group(name: str, size: int) -> Iterator[None]:
+    """Lower the collectives of group `name` (of `size` ranks) to `jax.lax` collectives over `programs.AXIS`."""
+    _TRACED_GROUP[name] = size
+    try:
+        yield
+    finally:
+        _TRACED_GROUP.pop(name, None)
+
+
+def _one_rank(size: int, what: str, group_name: str = "") -> bool:
+    """True over one rank (the identity); False over the traced group's ranks (lowered); else Unsupported."""
+    if size == 1:
+        return True
+    if _TRACED_GROUP.get(group_name) == size:
+        return False
+    raise Unsupported(f"{what} over {size} ranks goes through the process group, not inside a computation")
+
+
+def _reduce(x, reduce_op: str, size: int):
+    from tputool.backend.distributed import programs
+
+    return programs.reduce_block(x, reduce_op.upper(), size, None)
+
+
+def _gather(x):
+    from jax import lax
+
+    from tputool.backend.distributed.programs import AXIS
+
+    return lax.all_gather(x, AXIS, tiled=True)
+
+
+def _scatter(x, reduce_op: str, size: int):
+    from tputool.backend.distributed import programs
+
+    return programs.reduce_scatter_block(x, reduce_op.upper(), size, None)
 
 
 @lowering(c10d.wait_tensor.default, traced_only=True)
@@ -37,41 +79,52 @@ def wait_tensor(x):
 
 @lowering(c10d.all_reduce.default, traced_only=True)
 def all_reduce(x, reduce_op, group_name):
-    _one_rank(group_size(group_name), "all_reduce")
-    return x
+    n = group_size(group_name)
+    return x if _one_rank(n, "all_reduce", group_name) else _reduce(x, reduce_op, n)
 
 
 @lowering(c10d.all_reduce_coalesced.default, traced_only=True)
 def all_reduce_coalesced(xs, reduce_op, group_name):
-    _one_rank(group_size(group_name), "all_reduce_coalesced")
-    return list(xs)
+    n = group_size(group_name)
+    return list(xs) if _one_rank(n, "all_reduce_coalesced", group_name) else [_reduce(x, reduce_op, n) for x in xs]
 
 
 @lowering(c10d.all_gather_into_tensor.default, traced_only=True)
 def all_gather_into_tensor(x, size, group_name):
-    _one_rank(size, "all_gather_into_tensor")
-    return x
+    return x if _one_rank(size, "all_gather_into_tensor", group_name) else _gather(x)
 
 
 @lowering(c10d.all_gather_into_tensor_coalesced.default, traced_only=True)
 def all_gather_into_tensor_coalesced(xs, size, group_name):
-    _one_rank(size, "all_gather_into_tensor_coalesced")
-    return list(xs)
+    return list(xs) if _one_rank(size, "all_gather_into_tensor_coalesced", group_name) else [_gather(x) for x in xs]
 
 
 @lowering(c10d.reduce_scatter_tensor.default, traced_only=True)
 def reduce_scatter_tensor(x, reduce_op, size, group_name):
-    _one_rank(size, "reduce_scatter_tensor")
-    return x
+    return x if _one_rank(size, "reduce_scatter_tensor", group_name) else _scatter(x, reduce_op, size)
 
 
 @lowering(c10d.reduce_scatter_tensor_coalesced.default, traced_only=True)
 def reduce_scatter_tensor_coalesced(xs, reduce_op, size, group_name):
-    _one_rank(size, "reduce_scatter_tensor_coalesced")
-    return list(xs)
+    if _one_rank(size, "reduce_scatter_tensor_coalesced", group_name):
+        return list(xs)
+    return [_scatter(x, reduce_op, size) for x in xs]
 
 
 @lowering(c10d.all_to_all_single.default, traced_only=True)
 def all_to_all_single(x, output_split_sizes, input_split_sizes, group_name):
-    _one_rank(group_size(group_name), "all_to_all_single")
-    return x
+    n = group_size(group_name)
+    if _one_rank(n, "all_to_all_single", group_name):
+        return x
+    if not even_splits(x.shape[0], n, output_split_sizes, input_split_sizes):
+        raise Unsupported("all_to_all_single with uneven splits goes through the process group")
+    from jax import lax
+
+    from tputool.backend.distributed.programs import AXIS
+
+    return lax.all_to_all(x, AXIS, 0, 0, tiled=True)
+
+
+def even_splits(rows: int, n: int, *splits) -> bool:
+    """True when every split list of an all_to_all over `n` ranks is absent or `rows` cut in `n` equal parts."""
+    return all(not s or (len(s) == n and all(int(k) * n == rows for k in s)) for s in splits)
