@@ -201,3 +201,18 @@ def test_compiled_optimizer_keeps_step_counters_on_tpu(tpu_device: str) -> None:
     counters = [s["step"] for s in opt.state.values()]
     assert len(counters) == 2 and all(c.device.type == "tpu" for c in counters)
     assert [float(c) for c in counters] == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("fn, lo, hi", [(torch.rand_like, 0.0, 1.0), (torch.randn_like, -10.0, 10.0)])
+def test_rand_like_compiles_and_keeps_eager_values(tpu_device: str, fn, lo: float, hi: float) -> None:
+    x = torch.zeros(64, 8, device=tpu_device, dtype=torch.bfloat16)
+    out = torch.compile(lambda t: t + fn(t), backend="tpu")(x).cpu()
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert lo <= float(out.min()) and float(out.max()) < hi and out.float().std() > 0.1
+    # eager: the lowering draws what `empty_like(x).uniform_()` / `.normal_()` draws from the same seed
+    fill = torch.Tensor.uniform_ if fn is torch.rand_like else torch.Tensor.normal_
+    torch.manual_seed(3)
+    a = fn(x, dtype=torch.float32).cpu()
+    torch.manual_seed(3)
+    b = fill(torch.empty_like(x, dtype=torch.float32)).cpu()
+    torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -150,3 +150,15 @@ def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key
 def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key):
     dt = np_dtype(dtype) or default_float()
     return jax.random.normal(rng_key, tuple(size), _draw_dtype(dt)).astype(dt)
+
+
+@lowering(aten.rand_like.default, needs_rng=True)
+def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, rng_key):
+    dt = np_dtype(dtype) or self.dtype
+    return jax.random.uniform(rng_key, self.shape, _draw_dtype(dt)).astype(dt)
+
+
+@lowering(aten.randn_like.default, needs_rng=True)
+def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, rng_key):
+    dt = np_dtype(dtype) or self.dtype
+    return jax.random.normal(rng_key, self.shape, _draw_dtype(dt)).astype(dt)
