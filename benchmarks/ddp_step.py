@@ -4,9 +4,7 @@ tensors over torch's gloo group, interleaved in one torchrun launch.
 Every process builds the same model twice (CPU copy wrapped in DDP over a gloo group, tpu copy in DDP over the
 default "tpu" group), trains each on its own rank-dependent batch with AdamW, and the rows are timed in
 ROUNDS interleaved rounds of `--steps` steps (so both see the same machine load); the best round's median is
-kept. Rank 0 prints ms/step and the tpu/gloo ratio. Without the multi-process tpu group (issue 18 part A) the
-tpu rows report the refusal and the gloo row still runs.
-
+kept. Rank 0 prints ms/step and the tpu/gloo ratio.
 Timings on a CPU-only machine measure dispatch, host collectives and XLA:CPU, not TPU speed; read the ratio.
 
     python benchmarks/ddp_step.py [--nproc 2] [--config tiny|small] [--batch 8] [--steps 10] [--modes strict,fused]
@@ -17,11 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+
+from train_step import median_ms  # (benchmarks/ is this script's directory: sys.path[0])
 
 ROUNDS = 3
 
@@ -35,14 +33,6 @@ def _launch(args: argparse.Namespace) -> int:
            "--modes", args.modes]
     return subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
 
-
-def _median_ms(step: Callable[[], None], steps: int) -> float:
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
 
 
 def _step_fn(model, spec, x, y, device: str, process_group, mode: str | None) -> Callable[[], None]:
@@ -104,7 +94,7 @@ def _worker(args: argparse.Namespace) -> None:
     for _ in range(ROUNDS):
         for name, step in rows.items():
             step()  # (warm-up: the first call compiles)
-            best[name] = min(best.get(name, float("inf")), _median_ms(step, args.steps))
+            best[name] = min(best.get(name, float("inf")), median_ms(step, args.steps))
     if rank == 0:
         n = sum(p.numel() for p in base.parameters())
         print(f"DDP train step, llama {args.config} ({n / 1e6:.1f}M params), batch {args.batch} per rank, "

@@ -48,7 +48,8 @@ ROUNDS = 3
 (the machine may be shared: interleaving exposes every row to the same load)."""
 
 
-def _median_ms(step: Callable[[], None], steps: int) -> float:
+def median_ms(step: Callable[[], None], steps: int) -> float:
+    """Median wall time of `steps` calls of `step`, in ms."""
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(ROUNDS):
         for r in timed:
             for i, fn in enumerate(results[r]):
-                best[r][i] = min(best[r][i], _median_ms(fn, n))
+                best[r][i] = min(best[r][i], median_ms(fn, n))
     results.update({r: tuple(best[r]) for r in timed})
     print(f"llama {args.config} (dim {cfg.dim}, {cfg.n_layers} layers), batch {args.batch}x{cfg.max_seq_len}, "
           f"best of {ROUNDS} interleaved rounds' medians of {n} steps, after {w} warm-up")
