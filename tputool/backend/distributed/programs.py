@@ -45,6 +45,9 @@ class Collective:
         """This process's results of the collective over its `blocks`."""
         make = jax.make_array_from_single_device_arrays
         outs = self._fn(*[make(g, self._sharding, [b]) for g, b in zip(self._global, blocks, strict=True)])
+        # Wait for it: the inputs' buffers are shared with arrays a Fused flush may donate (delete) next; an
+        # asynchronous collective still reading them then fails ("deleted or donated buffer").
+        jax.block_until_ready(outs)
         return [o.addressable_shards[0].data for o in outs]
 
 
