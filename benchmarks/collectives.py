@@ -4,9 +4,12 @@ Runs itself under torchrun for each process count. In every worker, for each col
 alternate round by round (the same machine load hits all of them):
   tpu        the "tpu" group on tpu tensors, each call waited for (torch.tpu.synchronize);
   tpu-nochk  the same with the signature exchange off (TPUTOOL_DIST_CHECKS=0): what the store handshake costs;
+  jax        the same collective as a bare jitted JAX program (psum / all_gather / psum_scatter under shard_map
+             over the processes' devices, no torch): the floor any group built on JAX's runtime reaches here;
   gloo       a gloo group on CPU tensors (the same values).
 algbw = bytes / median time, bytes being the larger buffer (all_reduce: the tensor; all_gather: the gathered
-output; reduce_scatter: the input), as nccl-tests count them. ratio = tpu / gloo (>= 1: the tpu group is faster).
+output; reduce_scatter: the input), as nccl-tests count them. ratio = tpu / gloo (>= 1: the tpu group is faster); jax/gloo is the same
+ratio for bare JAX.
 
     .venv/bin/python benchmarks/collectives.py [--nproc 2,4] [--sizes 1K,...,64M] [--rounds 5] [--json out.json]
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 
 SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
-COLUMNS = ("tpu", "tpu-nochk", "gloo")
+COLUMNS = ("tpu", "tpu-nochk", "jax", "gloo")
 
 
 def _bytes(s: str) -> int:
@@ -43,6 +46,27 @@ def _label(n: int) -> str:
 
 # ---- worker (one rank) --------------------------------------------------------------------------------
 
+def _bare_jax(op: str, elems: int, n: int):
+    """A zero-argument call running `op` as a bare jitted shard_map program on this process's block."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("r",))
+    bodies = {"all_reduce": lambda a: lax.psum(a, "r"),
+              "all_gather": lambda a: lax.all_gather(a, "r", tiled=True),
+              "reduce_scatter": lambda a: lax.psum_scatter(a, "r", scatter_dimension=0, tiled=True)}
+    local = elems // n if op == "all_gather" else elems
+    out_spec = P() if op == "all_gather" else P("r")
+    fn = jax.jit(jax.shard_map(bodies[op], mesh=mesh, in_specs=P("r"), out_specs=out_spec, check_vma=False))
+    block = jax.device_put(jnp.ones((local,), jnp.float32), jax.local_devices()[0])
+    x = jax.make_array_from_single_device_arrays((n * local,), NamedSharding(mesh, P("r")), [block])
+    return lambda: jax.block_until_ready(fn(x))
+
+
 def _worker(sizes: list[int], rounds: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -57,7 +81,7 @@ def _worker(sizes: list[int], rounds: int, out: str) -> None:
     for op in OPS:
         for nbytes in sizes:
             elems = max(n, nbytes // 4 // n * n)  # float32, divisible by the world size
-            bufs = {}
+            bufs = {"jax": _bare_jax(op, elems, n)}
             for col, (_, dev) in groups.items():
                 x = torch.ones(elems, device=dev)
                 if op == "all_reduce":
@@ -69,6 +93,11 @@ def _worker(sizes: list[int], rounds: int, out: str) -> None:
             iters = max(2, min(20, int(4e6 / nbytes)))
             times = {c: [] for c in COLUMNS}
             for _ in range(rounds + 1):  # (the first round compiles: dropped)
+                dist.barrier(group=groups["gloo"][0])
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    bufs["jax"]()
+                times["jax"].append((time.perf_counter() - t0) / iters)
                 for col, (group, dev) in groups.items():
                     b = bufs[col]
                     sync = torch.tpu.synchronize if dev == "tpu" else (lambda: None)
@@ -113,11 +142,11 @@ def _launch(nproc: int, sizes: str, rounds: int) -> list[dict]:
 
 def _table(rows: list[dict]) -> str:
     lines = [f"{'nproc':>5} {'collective':<15} {'size':>6} " + " ".join(f"{c + ' GB/s':>15}" for c in COLUMNS)
-             + f" {'ratio':>7}"]
+             + f" {'ratio':>7} {'jax/gloo':>8}"]
     for r in rows:
         bw = {c: r["bytes"] / r[f"{c}_s"] / 1e9 for c in COLUMNS}
         lines.append(f"{r['nproc']:>5} {r['op']:<15} {_label(r['bytes']):>6} "
-                     + " ".join(f"{bw[c]:>15.3f}" for c in COLUMNS) + f" {bw['tpu'] / bw['gloo']:>7.2f}")
+                     + " ".join(f"{bw[c]:>15.3f}" for c in COLUMNS) + f" {bw['tpu'] / bw['gloo']:>7.2f} {bw['jax'] / bw['gloo']:>8.2f}")
     return "\n".join(lines)
 
 
