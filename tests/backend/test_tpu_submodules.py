@@ -18,7 +18,7 @@ import tputool.backend  # noqa: F401 - registers the device
 SUBMODULE_NAMES = {
     "compiler": "custom_compiler_options",
     "distributed": "set_tpu_launch_env spmd_safe topology_aware_mesh window_num_stripes window_stripe_chunk_mb",
-    "ops": "align_jagged_to_multiple all_gather_dim max_pool1d max_pool1d_backward max_pool2d max_pool2d_backward "
+    "ops": "align_jagged_to_multiple all_gather_dim grouped_matmul max_pool1d max_pool1d_backward max_pool2d max_pool2d_backward "
            "max_pool3d max_pool3d_backward optimization_barrier ragged_all_to_all ragged_dot ragged_dot_weight_grad "
            "recv reduce_scatter_dim send sparse_dense_matmul sparse_gather sparse_iota sparse_map_row splash_sdpa "
            "strip_jagged_padding",

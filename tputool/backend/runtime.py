@@ -9,6 +9,7 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   mem_* / num_ooms    the memory peak and out-of-memory count (`tputool.backend.memory`);
   compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options;
   sdpa_kernel         the attention implementation compiled graphs' SDPA uses (set by a tuned config);
+  moe_dispatch        how the built-in MoE layer dispatches tokens to experts (set by a tuned config);
   asserts             device-side index checks waiting for the next sync point (`tputool.backend.asserts`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
@@ -71,6 +72,10 @@ class Runtime:
     """(implementation, block, mesh or None) of `tputool::sdpa` in graphs compiled from now on
     (`graph/attention_kernels.py`; set by `tputool.tune.apply_config`, the mesh by the config's `shard_model`);
     None: the default blocked XLA attention."""
+    moe_dispatch: str | None = None
+    """How `tputool.models.moe.MoEFeedForward` layers without their own setting dispatch tokens: "dense", or
+    sparse through the grouped matmul "ragged" / "gmm" (`graph/grouped_matmul.py`); set by
+    `tputool.tune.apply_config`, read at each forward (so graphs traced afterwards follow it). None: dense."""
 
 
 STATE = Runtime()
@@ -105,7 +110,7 @@ def set_mode(mode: EagerMode) -> None:
 
 def reset() -> None:
     """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
-    the default random seed, no compiler options or SDPA kernel, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    the default random seed, no compiler options, SDPA kernel or MoE dispatch, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
@@ -113,6 +118,7 @@ def reset() -> None:
     STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
     STATE.compiler_options = {}
     STATE.sdpa_kernel = None
+    STATE.moe_dispatch = None
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)

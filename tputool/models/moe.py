@@ -1,8 +1,14 @@
 """A mixture-of-experts variant of the Llama decoder: each block's SwiGLU is a top-k routed expert layer.
 
-Dispatch is dense: every expert runs on every token and a (tokens, experts) gate matrix, zero outside
-each token's top-k, mixes the results. Shapes never depend on the routing, so the layer traces to one
-static graph (the cost is n_experts/top_k times the FLOPs of sparse dispatch).
+Two ways to dispatch tokens to experts (`DISPATCHES`), the same outputs and gradients:
+- "dense" (the default): every expert runs on every token and a (tokens, experts) gate matrix, zero outside
+  each token's top-k, mixes the results (n_experts/top_k times the FLOPs of sparse dispatch);
+- "ragged" / "gmm", sparse: the (token, k) assignments are sorted by expert, their rows gathered, the three
+  expert matmuls run as grouped matmuls (`torch.tpu.ops.grouped_matmul` with that implementation:
+  jax.lax.ragged_dot, or the Pallas megablox kernels), then the rows are unsorted, weighted by their gates
+  and summed over k. Only the group sizes depend on the routing, so shapes stay static.
+A layer built without a dispatch follows `runtime.STATE.moe_dispatch` (a tuned config's choice, read at
+each forward), dense when unset.
 """
 
 from __future__ import annotations
@@ -13,17 +19,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tputool.backend import runtime
+from tputool.backend.tpu_api.ops import grouped_matmul
 from tputool.models.llama import Block, Llama, LlamaConfig
 from tputool.models.llama import example_batch as llama_batch
 from tputool.models.spec import Batch, ModelSpec, classification_loss
 
+DISPATCHES = ("dense", "ragged", "gmm")
+"""Token dispatch of the expert layer: dense, or sparse through grouped matmuls of that implementation."""
+
 
 @dataclass(frozen=True)
 class MoEConfig(LlamaConfig):
-    """Llama sizes plus the expert layer: `n_experts` SwiGLU experts of width `ffn_dim`, `top_k` per token."""
+    """Llama sizes plus the expert layer: `n_experts` SwiGLU experts of width `ffn_dim`, `top_k` per token,
+    dispatched by `dispatch` (one of DISPATCHES; None: `runtime.STATE.moe_dispatch`, else dense)."""
 
     n_experts: int = 4
     top_k: int = 2
+    dispatch: str | None = None
 
     @classmethod
     def small(cls) -> MoEConfig:
@@ -33,36 +46,61 @@ class MoEConfig(LlamaConfig):
 
 
 class MoEFeedForward(nn.Module):
-    """Top-k softmax router over `n_experts` SwiGLU experts with stacked weights, densely dispatched."""
+    """Top-k softmax router over `n_experts` SwiGLU experts with stacked weights, dispatched by `dispatch`."""
 
-    def __init__(self, dim: int, ffn_dim: int, n_experts: int, top_k: int) -> None:
+    def __init__(self, dim: int, ffn_dim: int, n_experts: int, top_k: int, dispatch: str | None = None) -> None:
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"top_k must be in [1, n_experts={n_experts}], got {top_k}")
+        if dispatch is not None and dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch must be one of {DISPATCHES}, got {dispatch!r}")
         self.top_k = top_k
+        self.dispatch = dispatch
         self.router = nn.Linear(dim, n_experts, bias=False)
         self.w1 = nn.Parameter(torch.randn(n_experts, dim, ffn_dim) * 0.02)
         self.w3 = nn.Parameter(torch.randn(n_experts, dim, ffn_dim) * 0.02)
         self.w2 = nn.Parameter(torch.randn(n_experts, ffn_dim, dim) * 0.02)
 
-    def gates(self, x: Tensor) -> Tensor:
-        """(batch, seq, n_experts) mixing weights: renormalised top-k router probabilities, zero elsewhere."""
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(weights, experts), each (..., top_k): each token's top-k experts and renormalised probabilities."""
         probs = F.softmax(self.router(x), dim=-1)
         top_w, top_i = probs.topk(self.top_k, dim=-1)
-        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
-        return torch.zeros_like(probs).scatter(-1, top_i, top_w)
+        return top_w / top_w.sum(dim=-1, keepdim=True), top_i
+
+    def gates(self, x: Tensor) -> Tensor:
+        """(batch, seq, n_experts) mixing weights: renormalised top-k router probabilities, zero elsewhere."""
+        top_w, top_i = self.route(x)
+        return top_w.new_zeros((*x.shape[:-1], self.w1.shape[0])).scatter(-1, top_i, top_w)
 
     def forward(self, x: Tensor) -> Tensor:
         """(batch, seq, dim) -> (batch, seq, dim)."""
+        dispatch = self.dispatch or runtime.STATE.moe_dispatch or "dense"
+        if dispatch != "dense":
+            return self.sparse(x, dispatch)
         g = self.gates(x)
         h = F.silu(torch.einsum("btd,edf->btef", x, self.w1)) * torch.einsum("btd,edf->btef", x, self.w3)
         y = torch.einsum("btef,efd->bted", h, self.w2)
         return torch.einsum("bted,bte->btd", y, g)
 
+    def sparse(self, x: Tensor, impl: str) -> Tensor:
+        """Sparse dispatch: the top_k rows of each token sorted by expert through grouped matmuls `impl`."""
+        shape, k = x.shape, self.top_k
+        xf = x.reshape(-1, shape[-1])
+        top_w, top_i = self.route(xf)
+        experts = top_i.reshape(-1)
+        order = torch.argsort(experts, stable=True)
+        rows = xf[order // k]
+        ids = torch.arange(self.w1.shape[0], device=x.device, dtype=experts.dtype)
+        sizes = (experts.unsqueeze(1) == ids).sum(0).to(torch.int32)
+        h = F.silu(grouped_matmul(rows, self.w1, sizes, impl=impl)) * grouped_matmul(rows, self.w3, sizes, impl=impl)
+        y = grouped_matmul(h, self.w2, sizes, impl=impl)[torch.argsort(order)]
+        return (y.reshape(-1, k, shape[-1]) * top_w.unsqueeze(-1)).sum(1).reshape(shape)
+
 
 def build(config: MoEConfig) -> Llama:
     """A Llama decoder whose blocks use MoEFeedForward."""
-    blocks = [Block(config, MoEFeedForward(config.dim, config.ffn_dim, config.n_experts, config.top_k))
+    blocks = [Block(config, MoEFeedForward(config.dim, config.ffn_dim, config.n_experts, config.top_k,
+                                           config.dispatch))
               for _ in range(config.n_layers)]
     return Llama(config, blocks)
 
@@ -80,5 +118,5 @@ SPEC = ModelSpec(
     default_config=MoEConfig.tiny,
     example_batch=example_batch,
     loss_fn=classification_loss,
-    description="mixture-of-experts decoder: top-k router, dense static-shape dispatch",
+    description="mixture-of-experts decoder: top-k router, dense or grouped-matmul (ragged/gmm) dispatch",
 )

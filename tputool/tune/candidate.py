@@ -18,6 +18,11 @@ ATTENTION_IMPLS = ("plain", "chunked", "flash", "splash")
 splash: JAX's Pallas TPU kernels (`tputool.backend.graph.attention_kernels.IMPLS`, the same names; interpret
 mode off TPU) with query blocks of `block`."""
 
+MOE_DISPATCHES = ("dense", "ragged", "gmm")
+"""How a mixture of experts dispatches tokens (`tputool.models.moe.DISPATCHES`, the same names): dense (every
+expert on every token), or sparse through grouped matmuls: jax.lax.ragged_dot, or the Pallas megablox kernels
+(`tputool.backend.graph.grouped_matmul`; interpret mode off TPU)."""
+
 PRECISIONS = ("bf16", "fp32")
 """Compute dtype of the forward/backward (the master weights and optimizer state stay fp32)."""
 
@@ -41,7 +46,7 @@ def attention_problem(impl: str, block: int, seq: int) -> str | None:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration: mesh (data, fsdp, tensor), batch, remat, attention, precision.
+    """One configuration: mesh (data, fsdp, tensor), batch, remat, attention, precision, MoE dispatch.
 
     `batch` is sequences per data-parallel shard: the global batch is batch x data x fsdp (the
     `tensor` devices of a shard work on the same sequences).
@@ -55,6 +60,7 @@ class Candidate:
     attention: str = "plain"
     block: int = 0  # query block of chunked attention; the block size of the flash/splash kernels
     precision: str = "bf16"
+    moe: str = ""  # MOE_DISPATCHES for a model that offers the choice; "": the model's own (fixed) dispatch
 
     def __post_init__(self) -> None:
         if self.remat not in REMAT_POLICIES:
@@ -63,6 +69,8 @@ class Candidate:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.moe and self.moe not in MOE_DISPATCHES:
+            raise ValueError(f"moe must be one of {MOE_DISPATCHES}, got {self.moe!r}")
         if (self.attention != "plain") != (self.block > 0):
             raise ValueError("block must be > 0 exactly when attention is not 'plain'")
 
@@ -83,9 +91,9 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        """A short stable label, e.g. `d2f4t1 b4 save-dots chunked/16 bf16`."""
+        """A short stable label, e.g. `d2f4t1 b4 save-dots chunked/16 bf16` (` moe:gmm` for a dispatch choice)."""
         return (f"d{self.data}f{self.fsdp}t{self.tensor} b{self.batch} {self.remat} {self.attention_label} "
-                f"{self.precision}")
+                f"{self.precision}" + (f" moe:{self.moe}" if self.moe else ""))
 
     @property
     def attention_label(self) -> str:
@@ -105,7 +113,9 @@ class ModelDims:
     lookup; a tied LM head counts once), all experts included. Models without attention set `layers=0`
     or `heads=0`. A mixture of experts sets `experts`, `top_k`, `expert_params` (the matmul weights of all
     experts) and `capacity` (expert tokens computed per routed token: 1.25 for capacity-factor dispatch,
-    experts/top_k for dense dispatch, where every expert runs on every token).
+    experts/top_k for dense dispatch, where every expert runs on every token). `moe_dispatches` are the
+    dispatches the model can switch between (tputool's MoE: MOE_DISPATCHES; a candidate's `moe` picks one and
+    `capacity` describes "dense"); empty: its dispatch is fixed, as `capacity` describes.
     """
 
     name: str
@@ -124,6 +134,7 @@ class ModelDims:
     top_k: int = 0
     expert_params: int = 0
     capacity: float = 1.0
+    moe_dispatches: tuple[str, ...] = ()
     causal: bool = True  # decoder attention: half the score matrix is masked
     state_bytes_per_param: int = 16  # fp32 master + grad + 2 AdamW moments; 8 for bf16 weights and state
 

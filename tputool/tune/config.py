@@ -5,7 +5,8 @@ its `to_dict`/`from_dict` (pyyaml does the YAML), and made the active config.
 (also exported as TPUTOOL_TUNE_CONFIG for child processes); the backend's sharding code reads it with
 `active_config()` and asks it for the mesh and each parameter's partition spec (the rules are
 `tputool.partition`'s, the sharding API's vocabulary: no translation). Its attention choice (plain, chunked,
-or a Pallas flash/splash kernel with its block) is what compiled graphs' SDPA runs from then on.
+or a Pallas flash/splash kernel with its block) is what compiled graphs' SDPA runs from then on, and its MoE
+dispatch (dense, or grouped matmuls: ragged / the megablox kernel) what tputool's MoE layers run.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class TuneConfig:
         doc.update({
             "mesh": c.mesh, "batch_per_shard": c.batch, "global_batch": c.global_batch, "remat": c.remat,
             "attention": {"impl": c.attention, "block": c.block}, "precision": c.precision,
+            **({"moe_dispatch": c.moe} if c.moe else {}),
             "partition_rules": {"logical_to_mesh": dict(self.logical_to_mesh), "batch_axes": list(self.batch_axes)},
         })
         for key in ("predicted", "measured", "compiled_memory_bytes_per_device", "search"):
@@ -113,7 +115,7 @@ class TuneConfig:
         cand = Candidate(data=int(mesh["data"]), fsdp=int(mesh["fsdp"]), tensor=int(mesh["tensor"]),
                          batch=int(doc["batch_per_shard"]), remat=str(doc["remat"]),
                          attention=str(attn.get("impl", "plain")), block=int(attn.get("block", 0)),
-                         precision=str(doc["precision"]))
+                         precision=str(doc["precision"]), moe=str(doc.get("moe_dispatch") or ""))
         rules = doc.get("partition_rules") or {}
         return cls(cand, dict(rules.get("logical_to_mesh") or LOGICAL_TO_MESH),
                    tuple(rules.get("batch_axes") or BATCH_AXES), source, model=str(doc.get("model", "")),
@@ -187,13 +189,15 @@ _ACTIVE: TuneConfig | None = None
 
 def _set_active(cfg: TuneConfig | None) -> TuneConfig | None:
     """Make `cfg` active: its attention choice becomes the SDPA implementation of graphs compiled from now on
-    (`torch.compile(backend="tpu")`, `runtime.STATE.sdpa_kernel`)."""
+    (`torch.compile(backend="tpu")`, `runtime.STATE.sdpa_kernel`), its MoE dispatch that of tputool's MoE
+    layers (`runtime.STATE.moe_dispatch`)."""
     global _ACTIVE
     from tputool.backend import runtime
 
     _ACTIVE = cfg
     c = cfg.candidate if cfg is not None else None
     runtime.STATE.sdpa_kernel = None if c is None or c.attention == "plain" else (c.attention, c.block, None)
+    runtime.STATE.moe_dispatch = (c.moe or None) if c is not None else None
     return cfg
 
 

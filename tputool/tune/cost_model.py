@@ -5,7 +5,9 @@ Conventions, stated once:
   6 x active matmul params + 12 x layers x seq x heads x head_dim (PaLM/torchtitan: causal attention
   NOT halved). `mfu_maxtext` counts causal attention at half (MaxText's convention since its PR #1988);
   both are printed. A mixture of experts counts its top_k experts (active params). Remat recompute and
-  capacity padding count in HFU, not MFU.
+  capacity padding count in HFU, not MFU. A candidate's sparse MoE dispatch (`Candidate.moe` ragged/gmm)
+  computes each routed token once plus the grouped matmul's row-tile padding (`sparse_capacity`), in place
+  of the model's dense capacity (experts/top_k).
 - Master weights, gradients and AdamW moments take `ModelDims.state_bytes_per_param` (16: fp32), sharded
   by the candidate's partition rules; the compute copy is in the candidate's precision.
 
@@ -20,6 +22,7 @@ pay DCN for their share.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -41,6 +44,24 @@ GATHERED_LAYERS_IN_FLIGHT = 2
 SCORE_PASSES = {"plain": 10.0, "chunked": 14.0}
 """HBM passes over the fp32 (seq x seq) scores per layer when attention runs as XLA ops (fwd 4, bwd 6;
 chunked recomputes each block's forward in the backward)."""
+
+GMM_ROW_TILE = 128
+"""Rows per tile of the grouped matmul (`graph/grouped_matmul.default_tiling`): each expert's group ends in a
+partial tile, half a tile of padding on average."""
+
+
+def sparse_capacity(model: ModelDims, tokens: float) -> float:
+    """Expert rows computed per routed row under sparse (grouped matmul) dispatch of `tokens` tokens: one,
+    plus half a row tile of padding per expert."""
+    rows = max(tokens * model.top_k, 1.0)
+    return 1.0 + model.experts * GMM_ROW_TILE / 2 / rows
+
+
+def dispatched(model: ModelDims, c: Candidate) -> ModelDims:
+    """`model` as candidate `c` dispatches its experts: a sparse `c.moe` replaces the dense capacity."""
+    if not model.experts or c.moe in ("", "dense"):
+        return model
+    return dataclasses.replace(model, capacity=sparse_capacity(model, c.batch * model.seq))
 
 
 @dataclass(frozen=True)
@@ -239,6 +260,7 @@ def estimate(model: ModelDims, c: Candidate, hw: Hardware, params_per_device: fl
     by default every parameter is taken as sharded over fsdp x tensor.
     """
     notes: list[str] = []
+    model = dispatched(model, c)
     eff = hw.eff
     n = c.n_devices
     b = dtype_bytes(c.precision)

@@ -8,6 +8,8 @@ per-layer rematerialisation.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,12 +73,26 @@ def _host_values(t: torch.Tensor, materialize: bool) -> np.ndarray:
     return t.detach().float().numpy().copy() if t.is_floating_point() else t.detach().numpy().copy()
 
 
+@contextlib.contextmanager
+def _moe_dispatch(moe: str) -> Iterator[None]:
+    """tputool's MoE layers dispatch by `moe` while the model is traced ("": as they would anyway)."""
+    from tputool.backend import runtime
+
+    old = runtime.STATE.moe_dispatch
+    runtime.STATE.moe_dispatch = moe or old
+    try:
+        yield
+    finally:
+        runtime.STATE.moe_dispatch = old
+
+
 def export_loss(spec: ModelSpec, config: Any, batch_size: int, precision: str = "fp32",
-                seed: int = 0, materialize: bool = True) -> ExportedLoss:
+                seed: int = 0, materialize: bool = True, moe: str = "") -> ExportedLoss:
     """Build `spec` (seeded), cast it to the compute dtype, and export its loss on an example batch.
 
     With `materialize=False` the model is built on the meta device (nothing allocated, any size): the
-    result is good for compiling (shapes), not for running; buffers are zeros.
+    result is good for compiling (shapes), not for running; buffers are zeros. `moe`: the MoE dispatch traced
+    (a sparse one keeps each grouped matmul one op, `tputool::jax_op`, lowered with the graph).
     """
     torch.manual_seed(seed)
     device = "cpu" if materialize else "meta"
@@ -94,7 +110,8 @@ def export_loss(spec: ModelSpec, config: Any, batch_size: int, precision: str = 
     inputs, targets = inputs.to(device), targets.to(device)
     wrapper = _LossModule(model, spec.loss_fn)
     try:
-        ep = torch.export.export(wrapper, (inputs, targets))
+        with _moe_dispatch(moe):
+            ep = torch.export.export(wrapper, (inputs, targets))
         table = torch.export.default_decompositions()
         for op in KEEP_WHOLE:
             table.pop(op, None)

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from tputool.tune.candidate import ModelDims
+from tputool.tune.candidate import MOE_DISPATCHES, ModelDims
 
 _CONFIG_FIELDS = {
     "layers": ("n_layers", "num_hidden_layers", "num_layers"),
@@ -54,10 +54,13 @@ def model_dims(name: str, module: nn.Module, config: Any, seq: int | None = None
     experts = _field(config, ("n_experts", "num_experts"))
     top_k = _field(config, ("top_k", "num_experts_per_tok")) if experts else 0
     expert_params = sum(p.numel() for p in module.parameters() if p.dim() == 3) if experts else 0
+    # tputool's MoE dispatches as its config says, or (None) as the tuned config chooses; others: densely
+    fixed = getattr(config, "dispatch", "dense")
+    choices = MOE_DISPATCHES if experts and top_k and hasattr(config, "dispatch") and fixed is None else ()
+    capacity = experts / top_k if experts and top_k and fixed in (None, "dense") else 1.0
     return ModelDims(
         name=name, params=sum(p.numel() for p in module.parameters()), matmul_params=count_matmul_params(module),
         layers=f["layers"], hidden=hidden, heads=heads, kv_heads=kv, head_dim=hidden // heads if heads else 0,
         ffn=f["ffn"], seq=seq, vocab=f["vocab"], experts=experts, top_k=top_k, expert_params=expert_params,
-        # tputool's MoE dispatches densely: every expert runs on every token
-        capacity=experts / top_k if experts and top_k else 1.0, causal=not (image and patch),
+        capacity=capacity, moe_dispatches=choices, causal=not (image and patch),
     )

@@ -19,6 +19,7 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     """Candidates ordered by measured (then predicted) throughput."""
     measured = result.mode == "measured"
     compiled = any(r.compiled_memory is not None for r in result.rows)
+    moe = any(r.candidate.moe for r in result.rows)
     t = Table(title=f"tputool tune: {result.model} - {result.label}", title_justify="left")
     t.add_column("#", justify="right")
     t.add_column("mesh d/f/t")
@@ -26,6 +27,8 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
     t.add_column("remat")
     t.add_column("attention")
     t.add_column("prec")
+    if moe:
+        t.add_column("moe")
     t.add_column("pred tok/s", justify="right")
     t.add_column("pred step", justify="right")
     t.add_column("pred MFU", justify="right")
@@ -49,7 +52,7 @@ def ranked_table(result: TuneResult, limit: int = 15) -> Table:
         attn = c.attention_label
         status = r.status + (" *" if result.winner is r else "")
         cells = [str(i), f"{c.data}/{c.fsdp}/{c.tensor}", str(c.batch), c.remat, attn, c.precision,
-                 _fmt_rate(e.tokens_per_s), f"{e.step_s * 1e3:.2f} ms", f"{100 * e.mfu:.1f}%", f"{100 * e.mfu_maxtext:.1f}%",
+                 *([c.moe] if moe else []), _fmt_rate(e.tokens_per_s), f"{e.step_s * 1e3:.2f} ms", f"{100 * e.mfu:.1f}%", f"{100 * e.mfu_maxtext:.1f}%",
                  f"{e.memory.total / GIB:.3f}"]
         if measured:
             m = r.measurement

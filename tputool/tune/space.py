@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tputool.tune.candidate import (
     ATTENTION_IMPLS,
     MEASURED_REMAT_POLICIES,
+    MOE_DISPATCHES,
     PRECISIONS,
     REMAT_POLICIES,
     Candidate,
@@ -28,11 +29,15 @@ class SearchSpace:
     max_tensor: int | None = None
     meshes: tuple[tuple[int, int, int], ...] | None = None  # only these (data, fsdp, tensor), if given
     global_batch: int | None = None  # sequences per step; replaces `batches` (batch = global / (data x fsdp))
+    moes: tuple[str, ...] | None = None  # MoE dispatches; None: every one the model offers (see default_moes)
 
     def __post_init__(self) -> None:
         for impl, _ in self.attentions or ():
             if impl not in ATTENTION_IMPLS:
                 raise ValueError(f"unknown attention implementation {impl!r}")
+        for moe in self.moes or ():
+            if moe not in MOE_DISPATCHES:
+                raise ValueError(f"unknown MoE dispatch {moe!r}")
 
 
 MIN_CHUNK = 512
@@ -59,6 +64,14 @@ def default_attentions(seq: int, kernels: bool = False) -> tuple[tuple[str, int]
         kblocks = [blk for blk in (512, 1024, 2048) if blk <= seq and seq % blk == 0] or [seq]
         out += [(k, blk) for k in KERNEL_IMPLS if k in ATTENTION_IMPLS for blk in kblocks]
     return tuple(out) or (("plain", 0),)
+
+
+def default_moes(dims: ModelDims, kernels: bool = False) -> tuple[str, ...]:
+    """MoE dispatch candidates: none ("", the model's own) unless the model offers a choice; then all of them
+    when measured, dense and the megablox kernel for a TPU target (ragged_dot predicts the same FLOPs)."""
+    if not dims.moe_dispatches:
+        return ("",)
+    return tuple(m for m in dims.moe_dispatches if not kernels or m != "ragged")
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,9 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels
     out = Enumerated([])
     attentions = space.attentions if space.attentions is not None else default_attentions(dims.seq, kernels)
     remats = space.remats if space.remats is not None else (REMAT_POLICIES if kernels else MEASURED_REMAT_POLICIES)
+    moes = default_moes(dims, kernels)
+    if space.moes is not None and dims.moe_dispatches:
+        moes = tuple(m for m in space.moes if m in dims.moe_dispatches) or moes
     for data, fsdp, tensor in meshes(n_devices):
         label = f"d{data}f{fsdp}t{tensor}"
         if space.meshes is not None and (data, fsdp, tensor) not in space.meshes:
@@ -131,8 +147,8 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels
                                              f"over data x fsdp = {shards}", "invalid"))
                 continue
             batches = (space.global_batch // shards,)
-        for batch, remat, (impl, block), prec in itertools.product(
-                batches, remats, attentions, space.precisions):
+        for batch, remat, (impl, block), prec, moe in itertools.product(
+                batches, remats, attentions, space.precisions, moes):
             if not kernels and remat not in MEASURED_REMAT_POLICIES:
                 out.rejected.append(Rejected(f"remat {remat}", "a TPU plan: predicted mode (--target) only; the "
                                              "measured step runs none/save-dots/full remat", "invalid"))
@@ -144,7 +160,7 @@ def enumerate_space(dims: ModelDims, n_devices: int, space: SearchSpace, kernels
                     out.rejected.append(Rejected(f"{label} {impl}/{block}", why, "invalid"))
                     continue
             c = Candidate(data=data, fsdp=fsdp, tensor=tensor, batch=batch, remat=remat, attention=impl,
-                          block=block, precision=prec)
+                          block=block, precision=prec, moe=moe)
             out.candidates.append(c)
     seen: set[str] = set()
     out.rejected = [r for r in out.rejected if not (r.what in seen or seen.add(r.what))]

@@ -77,11 +77,11 @@ _EXPORTS: dict[tuple, ExportedLoss] = {}
 
 
 def exported_for(spec: ModelSpec, config: Any, global_batch: int, precision: str,
-                 materialize: bool = True) -> ExportedLoss:
-    """Export (cached per model, batch, precision and whether weights are real)."""
-    key = (spec.name, repr(config), global_batch, precision, materialize)
+                 materialize: bool = True, moe: str = "") -> ExportedLoss:
+    """Export (cached per model, batch, precision, whether weights are real and MoE dispatch)."""
+    key = (spec.name, repr(config), global_batch, precision, materialize, moe)
     if key not in _EXPORTS:
-        _EXPORTS[key] = export_loss(spec, config, global_batch, precision, materialize=materialize)
+        _EXPORTS[key] = export_loss(spec, config, global_batch, precision, materialize=materialize, moe=moe)
     return _EXPORTS[key]
 
 
@@ -131,7 +131,7 @@ def build_step(spec: ModelSpec, config: Any, c: Candidate, devices: list | None 
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    exp = exported_for(spec, config, c.global_batch, c.precision, materialize)
+    exp = exported_for(spec, config, c.global_batch, c.precision, materialize, c.moe)
     mesh = make_mesh(c, devices)
     shapes = {k: tuple(v.shape) for k, v in exp.params.items()}
     plan = partition_specs(shapes, c.mesh)

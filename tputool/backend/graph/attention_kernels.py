@@ -101,7 +101,7 @@ def plain_attention(q, k, v, mask=None, causal: bool = False, scale: float | Non
 
 
 @contextlib.contextmanager
-def _kernel_scope(interpret_mode: bool) -> Iterator[None]:
+def kernel_scope(interpret_mode: bool) -> Iterator[None]:
     """Where a Pallas kernel is traced: 32-bit index arithmetic (the kernels' index maps fail to lower with
     jax_enable_x64, which the backend turns on) and, with `interpret_mode`, Pallas' interpreter."""
     from jax.experimental.pallas import tpu as pltpu
@@ -114,19 +114,19 @@ def _kernel_scope(interpret_mode: bool) -> Iterator[None]:
 
 
 def _scoped(fn: Callable, interpret_mode: bool) -> Callable:
-    """`fn(q, k, v)` with every Pallas call it makes, forward and backward, traced in `_kernel_scope`."""
+    """`fn(q, k, v)` with every Pallas call it makes, forward and backward, traced in `kernel_scope`."""
 
     @jax.custom_vjp
     def run(q, k, v):
-        with _kernel_scope(interpret_mode):
+        with kernel_scope(interpret_mode):
             return fn(q, k, v)
 
     def fwd(q, k, v):
-        with _kernel_scope(interpret_mode):
+        with kernel_scope(interpret_mode):
             return jax.vjp(fn, q, k, v)
 
     def bwd(vjp, g):
-        with _kernel_scope(interpret_mode):
+        with kernel_scope(interpret_mode):
             return vjp(g)
 
     run.defvjp(fwd, bwd)

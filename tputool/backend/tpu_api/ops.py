@@ -2,6 +2,8 @@
 
 - `splash_sdpa`: attention through JAX's Pallas TPU splash-attention kernel (forward and backward kernels);
   where the device is not a TPU, the same kernel runs in Pallas' interpret mode (slow, for checking only).
+- `grouped_matmul`: a grouped matmul (MoE experts) through `jax.lax.ragged_dot` or JAX's Pallas megablox kernels
+  (interpret mode off TPU); on CPU tensors, a plain torch loop (the reference).
 - `ragged_dot`, `ragged_dot_weight_grad`: grouped matmuls through `jax.lax.ragged_dot` (and its VJP).
 - `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension over a process group (the
   tpu group across processes; world size 1: a copy).
@@ -25,7 +27,7 @@ import torch
 
 from tputool.backend.tpu_api.pallas import jax_op
 
-__all__ = ["align_jagged_to_multiple", "all_gather_dim", "max_pool1d", "max_pool1d_backward", "max_pool2d",
+__all__ = ["align_jagged_to_multiple", "all_gather_dim", "grouped_matmul", "max_pool1d", "max_pool1d_backward", "max_pool2d",
            "max_pool2d_backward", "max_pool3d", "max_pool3d_backward", "optimization_barrier",
            "ragged_all_to_all", "ragged_dot", "ragged_dot_weight_grad", "recv", "reduce_scatter_dim", "send",
            "sparse_dense_matmul", "sparse_gather", "sparse_iota", "sparse_map_row", "splash_sdpa",
@@ -64,6 +66,36 @@ def splash_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, 
 
 
 # ---- grouped matmuls -------------------------------------------------------------------------------------
+
+def _grouped_matmul_reference(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """The grouped matmul as a torch loop over the groups (CPU tensors; differentiable by torch)."""
+    dtype = torch.promote_types(lhs.dtype, rhs.dtype)
+    parts, start = [], 0
+    for i, size in enumerate(group_sizes.tolist()):
+        parts.append(lhs[start:start + size].to(dtype) @ rhs[i].to(dtype))
+        start += size
+    parts.append(lhs.new_zeros((lhs.shape[0] - start, rhs.shape[-1]), dtype=dtype))
+    return torch.cat(parts)
+
+
+def grouped_matmul(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *,
+                   impl: str = "ragged") -> torch.Tensor:
+    """Grouped matmul (MoE experts): the rows of `lhs` (m, k) in consecutive groups of `group_sizes` (g,) rows
+    (total at most m), group i times `rhs[i]` (g, k, n) -> (m, n); rows past the groups' total are zero
+    (jax.lax.ragged_dot's contract). `impl`: "ragged" (jax.lax.ragged_dot) or "gmm" (the Pallas megablox
+    kernels; interpret mode off TPU). Differentiable in lhs and rhs; on CPU tensors, a torch loop."""
+    from tputool.backend.graph import grouped_matmul as gm
+
+    if impl not in gm.IMPLS:
+        raise ValueError(f"grouped_matmul: unknown impl {impl!r} (one of {', '.join(gm.IMPLS)})")
+    if lhs.dim() != 2 or rhs.dim() != 3 or group_sizes.dim() != 1 or lhs.shape[1] != rhs.shape[1] \
+            or group_sizes.shape[0] != rhs.shape[0]:
+        raise ValueError(f"grouped_matmul takes lhs (m, k), rhs (g, k, n) and group_sizes (g,), got "
+                         f"{tuple(lhs.shape)}, {tuple(rhs.shape)} and {tuple(group_sizes.shape)}")
+    if lhs.device.type == "cpu" and not torch.compiler.is_compiling():
+        return _grouped_matmul_reference(lhs, rhs, group_sizes)
+    return jax_op(gm.run, lhs, rhs, group_sizes, impl=impl)
+
 
 def _ragged_dot(lhs, rhs, group_sizes):
     return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32))

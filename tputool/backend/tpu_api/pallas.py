@@ -115,7 +115,7 @@ class _JaxOp(torch.autograd.Function):
 
 def jax_op(fn: Callable, *tensors: torch.Tensor, **static: Any) -> Any:
     """`fn(*arrays, **static)` on the JAX values of tpu `tensors`; its outputs as tpu tensors (differentiable)."""
-    if torch.compiler.is_dynamo_compiling():  # one op of the compiled graph (see _graph_op)
+    if torch.compiler.is_compiling():  # one op of the compiled or exported graph (see _graph_op)
         from tputool.backend.tpu_api import _graph_op
 
         shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
