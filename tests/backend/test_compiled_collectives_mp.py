@@ -35,7 +35,7 @@ def test_a_graph_drawing_random_numbers_runs_as_one_program_with_each_ranks_own_
         assert got["graphs_cut"] == {"one_program": 1, "split": 1}
     d0, d1 = ranks[0]["d"], ranks[1]["d"]
     assert not torch.equal(d0, d1)  # (different seeds, different draws)
-    assert (d0 == 0).any() and (d0 != 0).any()  # (dropout dropped some)
+    assert (d0 < 1).any() and (d0 >= 2).any()  # (dropout dropped some and kept some: 0 or 2, plus [0, 1))
     for got in ranks:  # the all_reduce inside the program sums both ranks' draws
         torch.testing.assert_close(got["s"], 2 * d0 + 2 * d1)
 
