@@ -1,6 +1,6 @@
 """Two processes under torchrun: torch.compile'd graphs whose collectives span both ranks run as one computation
-even when they draw random numbers or hold an all_to_all of uneven splits (fixtures/compiled_worker.py), checked
-against each rank's own draws and against torch's gloo group on CPU tensors."""
+even when they draw random numbers or hold an all_to_all of uneven splits, and a compiled FSDP2 model trains
+(fixtures/compiled_worker.py); checked against each rank's own draws and against torch's gloo group on CPU tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tests.backend.test_parallel_multiprocess import NPROC, torchrun
+from tests.backend.test_parallel_multiprocess import LOSS_TOL, NPROC, PARAM_TOL, torchrun
 
 WORKER = Path(__file__).resolve().parent / "fixtures" / "compiled_worker.py"
 
@@ -50,3 +50,13 @@ def test_uneven_all_to_all_in_a_compiled_graph_runs_as_one_program_as_gloo(tmp_p
             torch.testing.assert_close(got[key], want[key], msg=key)
         assert got["graphs"] == {"one_program": 2}, got["compiled_warnings"]  # (forward and backward)
         assert not any("cut around" in w for w in got["compiled_warnings"]), got["compiled_warnings"]
+
+
+def test_fsdp2_model_compiled_for_tpu_trains_as_eager_gloo_on_cpu(tmp_path: Path) -> None:
+    cpu = _ranks("fsdp2", "cpu", tmp_path)
+    assert cpu[0]["losses"] != cpu[1]["losses"]  # (each rank trains on its own data)
+    tpu = _ranks("fsdp2", "tpu", tmp_path)
+    for want, got in zip(cpu, tpu, strict=True):
+        assert got["compiled_graphs"] > 0  # (FSDP2's hooks run eagerly, the layers between them compiled)
+        torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(want["losses"]), **LOSS_TOL)
+        torch.testing.assert_close(got["state"], want["state"], **PARAM_TOL)
