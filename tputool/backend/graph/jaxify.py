@@ -88,9 +88,14 @@ def _constant(value: Any, to_jax: Callable[[torch.Tensor], jax.Array]) -> Any:
     return value
 
 
+_INPUT_COPIES = frozenset({"aten::copy_", "fsdp::copy_"})
+"""Copies into a graph input that AOTAutograd keeps in the graph: `aten.copy_`, and FSDP2's `fsdp.copy_`."""
+
+
 def _is_input_copy(node: fx.Node) -> bool:
-    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
-            and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
+    t = node.target
+    return (node.op == "call_function" and isinstance(t, torch._ops.OpOverload) and t._schema.name in _INPUT_COPIES
+            and t._overloadname == "default" and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
 
 
 def mutated_inputs(gm: fx.GraphModule) -> list[int]:
