@@ -208,7 +208,7 @@ class Spmd:
     splits give each rank inputs and outputs of its own shapes: only their dtypes and ranks are compared then)."""
 
     def __init__(self, devices: Sequence[jax.Device], group_name: str, check: Callable[[str], Any],
-                 call: str, rank: int = 0, splits: Sequence[Splits] = ()) -> None:
+                 call: str, rank: int, splits: Sequence[Splits] = ()) -> None:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -261,20 +261,19 @@ class Spmd:
     def to_global(self, rng_key: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
         """Global arrays of this process's key words (or None) and `inputs` (non-array inputs pass), once every
         rank has made the same call."""
-        same = self._same_shapes
-
-        def desc(x: Any) -> str:
-            if not isinstance(x, jax.Array):
-                return repr(x)
-            return f"{x.dtype}{list(x.shape)}" if same else f"{x.dtype}[{x.ndim}d]"
-
-        self._check(f"{self._call} ({','.join(map(desc, inputs))})")
+        self._check(f"{self._call} ({','.join(map(self._describe, inputs))})")
         make, sharding, n = jax.make_array_from_single_device_arrays, self._sharding, self.size
         if rng_key is not None:
             words = jax.device_put(rng_key[None], self._device)
             rng_key = make((n, *words.shape[1:]), sharding, [words])
         return rng_key, [make((n, *x.shape), sharding, [x[None]]) if isinstance(x, jax.Array) else x
                          for x in inputs]
+
+    def _describe(self, x: Any) -> str:
+        """An input as the ranks compare it: dtype and shape (dtype and rank where uneven splits make shapes differ)."""
+        if not isinstance(x, jax.Array):
+            return repr(x)
+        return f"{x.dtype}{list(x.shape)}" if self._same_shapes else f"{x.dtype}[{x.ndim}d]"
 
     def to_local(self, outs: Sequence[Any]) -> tuple:
         """This process's block of each global output (non-array outputs pass)."""

@@ -7,8 +7,9 @@ group size of 1, all_to_all_single, and `wait_tensor`. Eager mode never runs the
 collective is lowered to `jax.lax`'s collectives over the mesh axis `programs.AXIS` only while a whole graph
 is traced inside `shard_map` over that group's devices (`over_group`, entered by `graph/collectives.Spmd`);
 there an all_to_all_single of uneven splits is exchanged padded to its largest chunk, with the split matrix of
-every rank (agreed on when the graph was compiled, `over_group`'s `splits`). Anywhere else (Fused mode, a graph cut by `graph/collectives.split_compile`) these lowerings refuse it with
-`Unsupported` and the collective goes through the process group.
+every rank (agreed on when the graph was compiled, `over_group`'s `splits`). Anywhere else (Fused mode, a graph
+cut by `graph/collectives.split_compile`) these lowerings refuse it with `Unsupported` and the collective goes
+through the process group.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ def group_size(group_name: str) -> int:
 _TRACED_GROUP: dict[str, int] = {}
 """The group whose collectives lower to the mesh axis while a graph is traced in `shard_map` (name -> ranks)."""
 
+Splits = tuple[tuple[int, ...], ...]
+"""An all_to_all's split matrix: [i][j] rows go from rank i to rank j."""
+
 _SPLITS: dict[str, tuple[int, Iterator[Splits]]] = {}
 """While a graph is traced over group name: (this process's rank, the split matrix of each all_to_all_single, in
 graph order)."""
-
-Splits = tuple[tuple[int, ...], ...]
-"""An all_to_all's split matrix: [i][j] rows go from rank i to rank j."""
 
 
 @contextlib.contextmanager
