@@ -44,11 +44,14 @@ def test_uneven_all_to_all_in_a_compiled_graph_runs_as_one_program_as_gloo(tmp_p
     cpu = _ranks("a2a", "cpu", tmp_path)
     for want in cpu:
         torch.testing.assert_close(want["compiled"], want["eager"])
+        torch.testing.assert_close(want["one_way_compiled"], want["one_way"])
+    assert cpu[0]["one_way"].shape == (0, 2) and cpu[1]["one_way"].shape == (2, 2)
     tpu = _ranks("a2a", "tpu", tmp_path)
     for want, got in zip(cpu, tpu, strict=True):
-        for key in ("eager", "compiled", "eager_grad", "compiled_grad"):
+        for key in ("eager", "compiled", "eager_grad", "compiled_grad", "one_way", "one_way_compiled"):
             torch.testing.assert_close(got[key], want[key], msg=key)
-        assert got["graphs"] == {"one_program": 2}, got["compiled_warnings"]  # (forward and backward)
+        # (forward and backward, and a rank that receives nothing: its program keeps the exchange all the same)
+        assert got["graphs"] == {"one_program": 3}, got["compiled_warnings"]
         assert not any("cut around" in w for w in got["compiled_warnings"]), got["compiled_warnings"]
 
 

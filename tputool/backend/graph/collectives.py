@@ -30,7 +30,7 @@ import jax
 import torch
 from torch import fx
 
-from tputool.backend.lowerings.collectives import Splits, group_size, over_group
+from tputool.backend.lowerings.collectives import Splits, group_size, is_uneven, over_group
 
 _C10D = "_c10d_functional"
 _WAIT = "wait_tensor"
@@ -224,7 +224,9 @@ class Spmd:
         self._device = devices[rank]
         self._check = check
         self._call = call + "".join(f" splits{list(map(list, m))}" for m in self.splits)
-        self._same_shapes = all(len(set(m)) == 1 and len(set(m[0])) == 1 for m in self.splits)
+        self._same_shapes = not any(map(is_uneven, self.splits))
+        self._kept = sum(map(is_uneven, self.splits))
+        """Trailing outputs that only keep an uneven all_to_all in each rank's program (`over_group`)."""
 
     def wrap(self, fn: Callable[..., tuple], key_from: Callable[[Any], Any]) -> Callable[..., tuple]:
         """`fn(rng_key, *inputs)` on global arrays: its body traced per rank inside `shard_map`; the global
@@ -234,27 +236,28 @@ class Spmd:
         def run(rng_key: Any, *inputs: Any) -> tuple:
             args = [rng_key, *inputs]
             where = [i for i, x in enumerate(args) if isinstance(x, jax.Array) or hasattr(x, "aval")]
-            kept: dict[int, Any] = {}
+            static: dict[int, Any] = {}
 
             def body(*blocks: jax.Array) -> tuple:
                 local = list(args)
                 for i, b in zip(where, blocks, strict=True):
                     local[i] = b[0]
-                with over_group(name, n, rank, splits):
+                with over_group(name, n, rank, splits) as alive:
                     outs = fn(key_from(local[0]), *local[1:])
                 arrays = []
                 for i, o in enumerate(outs):
                     if isinstance(o, jax.Array) or hasattr(o, "aval"):
                         arrays.append(o[None])
                     else:
-                        kept[i] = o
-                return tuple(arrays)
+                        static[i] = o
+                return (*arrays, *(a[None] for a in alive))
 
             mapped = jax.shard_map(body, mesh=self.mesh, in_specs=(spec,) * len(where), out_specs=spec,
                                    check_vma=False)
             arrays = mapped(*[args[i] for i in where])
             it = iter(arrays)
-            return tuple(kept[i] if i in kept else next(it) for i in range(len(kept) + len(arrays)))
+            outs = len(static) + len(arrays) - self._kept
+            return tuple(static[i] if i in static else next(it) for i in range(outs)) + tuple(it)
 
         return run
 
@@ -276,7 +279,8 @@ class Spmd:
         return f"{x.dtype}{list(x.shape)}" if self._same_shapes else f"{x.dtype}[{x.ndim}d]"
 
     def to_local(self, outs: Sequence[Any]) -> tuple:
-        """This process's block of each global output (non-array outputs pass)."""
+        """This process's block of each global output of the graph (non-array outputs pass)."""
+        outs = outs[:len(outs) - self._kept]
         return tuple(o.addressable_shards[0].data[0] if isinstance(o, jax.Array) else o for o in outs)
 
 

@@ -37,19 +37,29 @@ _TRACED_GROUP: dict[str, int] = {}
 Splits = tuple[tuple[int, ...], ...]
 """An all_to_all's split matrix: [i][j] rows go from rank i to rank j."""
 
-_SPLITS: dict[str, tuple[int, Iterator[Splits]]] = {}
+_SPLITS: dict[str, tuple[int, Iterator[Splits], list]] = {}
 """While a graph is traced over group name: (this process's rank, the split matrix of each all_to_all_single, in
-graph order)."""
+graph order, the arrays to keep alive: see `over_group`)."""
+
+
+def is_uneven(rows: Splits) -> bool:
+    """True when an all_to_all's split matrix does not send the same number of rows between every two ranks."""
+    return len({k for row in rows for k in row}) > 1
 
 
 @contextlib.contextmanager
-def over_group(name: str, size: int, rank: int = 0, splits: Sequence[Splits] = ()) -> Iterator[None]:
+def over_group(name: str, size: int, rank: int = 0, splits: Sequence[Splits] = ()) -> Iterator[list]:
     """Lower the collectives of group `name` (of `size` ranks) to `jax.lax` collectives over `programs.AXIS`;
-    the graph's all_to_all_single nodes, in order, use `splits` (this process being `rank`)."""
+    the graph's all_to_all_single nodes, in order, use `splits` (this process being `rank`).
+
+    Yields a list that gets one small array per uneven all_to_all: the caller makes them outputs of the
+    computation. (Each rank's program has its own shapes there; on a rank that receives no rows, XLA would
+    otherwise drop the exchange as dead code, and the other ranks would wait for it.)"""
+    kept: list = []
     _TRACED_GROUP[name] = size
-    _SPLITS[name] = (rank, iter(splits))
+    _SPLITS[name] = (rank, iter(splits), kept)
     try:
-        yield
+        yield kept
     finally:
         _TRACED_GROUP.pop(name, None)
         _SPLITS.pop(name, None)
@@ -128,24 +138,25 @@ def all_to_all_single(x, output_split_sizes, input_split_sizes, group_name):
     n = group_size(group_name)
     if _one_rank(n, "all_to_all_single", group_name):
         return x
-    rank, splits = _SPLITS[group_name]
+    rank, splits, kept = _SPLITS[group_name]
     rows = next(splits, None)
     if rows is None:  # (a graph traced without the ranks' splits: only equal ones are known to agree)
         if not even_splits(x.shape[0], n, output_split_sizes, input_split_sizes):
             raise Unsupported("all_to_all_single with uneven splits goes through the process group")
         rows = ((x.shape[0] // n,) * n,) * n
+    if is_uneven(rows):
+        return _all_to_all_v(x, rows, rank, kept)
     from jax import lax
 
     from tputool.backend.distributed.programs import AXIS
 
-    if len({k for row in rows for k in row}) == 1:
-        return lax.all_to_all(x, AXIS, 0, 0, tiled=True)
-    return _all_to_all_v(x, rows, rank)
+    return lax.all_to_all(x, AXIS, 0, 0, tiled=True)
 
 
-def _all_to_all_v(x, rows: Splits, rank: int):
+def _all_to_all_v(x, rows: Splits, rank: int, kept: list):
     """Rank `rank`'s result of an all_to_all of split matrix `rows`: every chunk padded to the largest one, the
-    padded blocks (the same shape on every rank) exchanged, then this rank's received rows picked out."""
+    padded blocks (the same shape on every rank) exchanged, then this rank's received rows picked out (a row of
+    the exchanged block goes to `kept`)."""
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
@@ -160,6 +171,7 @@ def _all_to_all_v(x, rows: Splits, rank: int):
         off += k
     padded = jnp.concatenate([x, jnp.zeros((1, *x.shape[1:]), x.dtype)])[send]
     got = lax.all_to_all(padded, AXIS, 0, 0, tiled=True)  # (chunk j: what rank j sent here, padded)
+    kept.append(got[:1])
     return got[np.concatenate([np.arange(j * m, j * m + rows[j][rank]) for j in range(n)]).astype(np.int32)]
 
 
