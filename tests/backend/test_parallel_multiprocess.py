@@ -72,10 +72,9 @@ def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> N
     for want, got in zip(cpu, tpu, strict=True):
         torch.testing.assert_close(got["eager"], want["eager"])
         torch.testing.assert_close(got["compiled"], want["eager"])
-        # the whole graph, collectives included, as one computation; a graph drawing random numbers is cut
-        assert got["graphs"] == {"one_program": 1, "split": 1}
+        # each whole graph, collectives included, as one computation (random draws too: test_compiled_collectives_mp)
+        assert got["graphs"] == {"one_program": 2}, got["warnings"]
         torch.testing.assert_close(got["noisy"], want["noisy"])
-        assert any("draws random numbers" in w for w in got["warnings"]), got["warnings"]
 
 
 @pytest.mark.slow  # (~1 min; the one-process run of the same port is in tests/test_end_to_end.py)

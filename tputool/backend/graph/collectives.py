@@ -7,11 +7,15 @@ A functional collective (`_c10d_functional.*`) of a one-rank group is lowered in
 `shard_map` over the group's mesh (one device per process, `programs.group_mesh`), its collectives lowered to
 `jax.lax` collectives over the mesh axis, and each call assembles global arrays from the processes' local
 inputs and returns this process's local outputs, as `programs.Collective` does for one collective.
+A graph that draws random numbers gets each process's key words as its block of a sharded input: every rank draws
+what the same graph compiled alone on that rank draws, from its own stream (advanced once per call). The split
+sizes of each all_to_all_single (Python ints in the graph, different on each rank) are exchanged once, when the
+graph is compiled, so that every rank lowers it with the whole split matrix.
 
-Otherwise (another backend's group, several groups, an all_to_all of uneven splits, random numbers in the
-graph), `split_compile` cuts the graph at each such collective, with a warning naming why: the pieces between
-collectives are compiled to one `jax.jit` each (by the caller's `compile_piece`), and each collective runs as
-PyTorch's op on the tpu tensors, which calls the group's collective.
+Otherwise (another backend's group, several groups, split sizes computed at run time), `split_compile` cuts the
+graph at each such collective, with a warning naming why: the pieces between collectives are compiled to one
+`jax.jit` each (by the caller's `compile_piece`), and each collective runs as PyTorch's op on the tpu tensors,
+which calls the group's collective.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import jax
 import torch
 from torch import fx
 
-from tputool.backend.lowerings.collectives import even_splits, group_size, over_group
+from tputool.backend.lowerings.collectives import Splits, group_size, is_uneven, over_group
 
 _C10D = "_c10d_functional"
 _WAIT = "wait_tensor"
+_ALL_TO_ALL = torch.ops._c10d_functional.all_to_all_single.default
 
 
 GRAPHS: Counter[str] = Counter()
@@ -135,20 +140,30 @@ def _tpu_group(name: str) -> Any:
     return None
 
 
-def _why_not_one_program(gm: fx.GraphModule, uses_rng: bool) -> tuple[str, Any, str]:
+def _all_to_alls(gm: fx.GraphModule) -> list[fx.Node]:
+    """The graph's all_to_all_single nodes over several ranks, in graph order."""
+    return [n for n in gm.graph.nodes if is_multi_rank(n) and n.target is _ALL_TO_ALL]
+
+
+def _sends(node: fx.Node) -> tuple[int, ...] | None:
+    """The rows this rank sends to each rank in all_to_all_single `node` (its input split sizes, or equal parts);
+    None when they are not known when the graph is compiled (computed sizes)."""
+    n, splits = _size_of(node), node.args[2]
+    if splits:
+        return tuple(splits) if all(type(k) is int for k in splits) else None
+    val = node.args[0].meta.get("val")
+    rows = val.shape[0] if isinstance(val, torch.Tensor) and val.dim() else None
+    return (rows // n,) * n if type(rows) is int and rows % n == 0 else None
+
+
+def _why_not_one_program(gm: fx.GraphModule) -> tuple[str, Any, str]:
     """("", the group, its name) when the graph can run as one computation over its collectives' group, else
     (why, None, "")."""
-    if uses_rng:
-        return "the graph draws random numbers", None, ""
     names = {str(_arg(n, "group_name")) for n in gm.graph.nodes if is_multi_rank(n)}
     if len(names) != 1:
         return f"its collectives run over {len(names)} groups", None, ""
-    for n in gm.graph.nodes:
-        if is_multi_rank(n) and n.target is torch.ops._c10d_functional.all_to_all_single.default:
-            val = n.args[0].meta.get("val")
-            rows = val.shape[0] if isinstance(val, torch.Tensor) and val.dim() else None
-            if rows is None or not even_splits(rows, _size_of(n), *n.args[1:3]):
-                return "an all_to_all_single has uneven splits", None, ""
+    if any(_sends(n) is None for n in _all_to_alls(gm)):
+        return "an all_to_all_single has split sizes computed at run time", None, ""
     (name,) = names
     group = _tpu_group(name)
     if group is None:
@@ -156,10 +171,19 @@ def _why_not_one_program(gm: fx.GraphModule, uses_rng: bool) -> tuple[str, Any, 
     return "", group, name
 
 
-def spmd_for(gm: fx.GraphModule, uses_rng: bool) -> Spmd | None:
+def _split_matrices(gm: fx.GraphModule, group: Any, call: str) -> list[Splits]:
+    """The split matrix of each all_to_all_single of `gm`, in order: every rank's sends, exchanged through the
+    group's handshake (each rank compiles the same graphs in the same order)."""
+    mine = ";".join(",".join(map(str, _sends(n))) for n in _all_to_alls(gm))
+    extras = group._hs.check(f"compiling {call}: all_to_all splits", mine, need=True)
+    per_rank = [[tuple(int(k) for k in m.split(",")) for m in e.split(";")] for e in extras]
+    return [tuple(rank[i] for rank in per_rank) for i in range(len(per_rank[0]))]
+
+
+def spmd_for(gm: fx.GraphModule) -> Spmd | None:
     """A `Spmd` over the one tpu group of `gm`'s multi-rank collectives, or None (warned once per reason:
     the graph is then split around them)."""
-    why, group, name = _why_not_one_program(gm, uses_rng)
+    why, group, name = _why_not_one_program(gm)
     if group is None:
         GRAPHS["split"] += 1
         if why not in _warned:
@@ -169,18 +193,22 @@ def spmd_for(gm: fx.GraphModule, uses_rng: bool) -> Spmd | None:
         return None
     GRAPHS["one_program"] += 1
     ops = ",".join(n.target._schema.name.split("::")[1] for n in gm.graph.nodes if is_multi_rank(n))
-    return Spmd(group.devices, name, group.check, f"compiled graph [{ops}]")
+    call = f"compiled graph [{ops}]"
+    splits = _split_matrices(gm, group, call) if _all_to_alls(gm) else []
+    return Spmd(group.devices, name, group.check, call, group.rank(), splits)
 
 
 class Spmd:
     """Runs a graph's function as one `shard_map` computation over a group's devices, one rank per process.
 
     Each array input and output gets a leading axis of 1 (this rank's block); the global arrays hold the ranks'
-    blocks side by side along it (scalars included). Non-array outputs (sizes, None) are kept from tracing.
-    Before each run the ranks exchange `call` and the input shapes through `check` (the group's handshake)."""
+    blocks side by side along it (scalars included), and so do the ranks' random key words. Non-array outputs
+    (sizes, None) are kept from tracing. Before each run the ranks exchange `call` and the input shapes through
+    `check` (the group's handshake); `splits`: the split matrix of each all_to_all_single, in graph order (uneven
+    splits give each rank inputs and outputs of its own shapes: only their dtypes and ranks are compared then)."""
 
     def __init__(self, devices: Sequence[jax.Device], group_name: str, check: Callable[[str], Any],
-                 call: str) -> None:
+                 call: str, rank: int, splits: Sequence[Splits] = ()) -> None:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -189,50 +217,70 @@ class Spmd:
         self.mesh = group_mesh(tuple(devices))
         self.size = len(devices)
         self.group_name = group_name
+        self.rank = rank
+        self.splits = tuple(splits)
         self._spec = P(AXIS)
         self._sharding = NamedSharding(self.mesh, self._spec)
+        self._device = devices[rank]
         self._check = check
-        self._call = call
+        self._call = call + "".join(f" splits{list(map(list, m))}" for m in self.splits)
+        self._same_shapes = not any(map(is_uneven, self.splits))
+        self._kept = sum(map(is_uneven, self.splits))
+        """Trailing outputs that only keep an uneven all_to_all in each rank's program (`over_group`)."""
 
-    def wrap(self, fn: Callable[..., tuple]) -> Callable[..., tuple]:
-        """`fn(rng_key, *inputs)` on global arrays: its body traced per rank inside `shard_map`."""
-        spec, n, name = self._spec, self.size, self.group_name
+    def wrap(self, fn: Callable[..., tuple], key_from: Callable[[Any], Any]) -> Callable[..., tuple]:
+        """`fn(rng_key, *inputs)` on global arrays: its body traced per rank inside `shard_map`; the global
+        `rng_key` words (or None) hold each rank's block, made a key by `key_from` inside the body."""
+        spec, n, name, rank, splits = self._spec, self.size, self.group_name, self.rank, self.splits
 
         def run(rng_key: Any, *inputs: Any) -> tuple:
-            where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array) or hasattr(x, "aval")]
-            kept: dict[int, Any] = {}
+            args = [rng_key, *inputs]
+            where = [i for i, x in enumerate(args) if isinstance(x, jax.Array) or hasattr(x, "aval")]
+            static: dict[int, Any] = {}
 
             def body(*blocks: jax.Array) -> tuple:
-                args = list(inputs)
+                local = list(args)
                 for i, b in zip(where, blocks, strict=True):
-                    args[i] = b[0]
-                with over_group(name, n):
-                    outs = fn(rng_key, *args)
+                    local[i] = b[0]
+                with over_group(name, n, rank, splits) as alive:
+                    outs = fn(key_from(local[0]), *local[1:])
                 arrays = []
                 for i, o in enumerate(outs):
                     if isinstance(o, jax.Array) or hasattr(o, "aval"):
                         arrays.append(o[None])
                     else:
-                        kept[i] = o
-                return tuple(arrays)
+                        static[i] = o
+                return (*arrays, *(a[None] for a in alive))
 
             mapped = jax.shard_map(body, mesh=self.mesh, in_specs=(spec,) * len(where), out_specs=spec,
                                    check_vma=False)
-            arrays = mapped(*[inputs[i] for i in where])
+            arrays = mapped(*[args[i] for i in where])
             it = iter(arrays)
-            return tuple(kept[i] if i in kept else next(it) for i in range(len(kept) + len(arrays)))
+            outs = len(static) + len(arrays) - self._kept
+            return tuple(static[i] if i in static else next(it) for i in range(outs)) + tuple(it)
 
         return run
 
-    def to_global(self, inputs: Sequence[Any]) -> list[Any]:
-        """Global arrays of this process's `inputs` (non-array inputs pass), once every rank has made the same call."""
-        shapes = ",".join(f"{x.dtype}{list(x.shape)}" if isinstance(x, jax.Array) else repr(x) for x in inputs)
-        self._check(f"{self._call} ({shapes})")
+    def to_global(self, rng_key: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """Global arrays of this process's key words (or None) and `inputs` (non-array inputs pass), once every
+        rank has made the same call."""
+        self._check(f"{self._call} ({','.join(map(self._describe, inputs))})")
         make, sharding, n = jax.make_array_from_single_device_arrays, self._sharding, self.size
-        return [make((n, *x.shape), sharding, [x[None]]) if isinstance(x, jax.Array) else x for x in inputs]
+        if rng_key is not None:
+            words = jax.device_put(rng_key[None], self._device)
+            rng_key = make((n, *words.shape[1:]), sharding, [words])
+        return rng_key, [make((n, *x.shape), sharding, [x[None]]) if isinstance(x, jax.Array) else x
+                         for x in inputs]
+
+    def _describe(self, x: Any) -> str:
+        """An input as the ranks compare it: dtype and shape (dtype and rank where uneven splits make shapes differ)."""
+        if not isinstance(x, jax.Array):
+            return repr(x)
+        return f"{x.dtype}{list(x.shape)}" if self._same_shapes else f"{x.dtype}[{x.ndim}d]"
 
     def to_local(self, outs: Sequence[Any]) -> tuple:
-        """This process's block of each global output (non-array outputs pass)."""
+        """This process's block of each global output of the graph (non-array outputs pass)."""
+        outs = outs[:len(outs) - self._kept]
         return tuple(o.addressable_shards[0].data[0] if isinstance(o, jax.Array) else o for o in outs)
 
 

@@ -24,7 +24,7 @@ from torch import fx
 
 from tputool.backend import memory, op_plan
 from tputool.backend.graph import boundary
-from tputool.backend.graph.jaxify import JaxGraph, draws_random, jaxify
+from tputool.backend.graph.jaxify import JaxGraph, jaxify
 
 _graph_ids = itertools.count()
 
@@ -76,7 +76,7 @@ def compile_graph(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], Compil
             from tputool.backend.graph import collectives
 
             if collectives.needs_split(gm):  # collectives over several ranks: one program over the group's devices
-                spmd = collectives.spmd_for(gm, draws_random(gm))
+                spmd = collectives.spmd_for(gm)
                 if spmd is not None:
                     return _compile(gm, example_inputs, kind, dev, spmd=spmd)
                 return collectives.split_compile(gm, lambda piece: _compile(piece, None, kind, dev))

@@ -147,11 +147,12 @@ RUNTIME_MODULES = (
     "tputool.backend.dispatch", "tputool.backend.storage_kernels", "tputool.backend.tensor",
     "tputool.backend.fallback", "tputool.backend.views", "tputool.backend.view_geometry", "tputool.backend.cache",
     "tputool.backend.events", "tputool.backend.rng", "tputool.backend.runtime", "tputool.backend.op_plan",
-    "tputool.backend.fused", "tputool.backend.dtypes", "tputool.backend.lowerings",
+    "tputool.backend.fused", "tputool.backend.dtypes", "tputool.backend.lowerings", "jax", "jaxlib",
 )
-"""The device's own kernels and their helpers: they run below the dispatcher, never as user code. Dynamo skips
-their frames as it skips numpy's: a compiled function that falls back to eager (e.g. at `.item()`) runs them
-as plain Python instead of trying to trace them (which failed on the first numpy call)."""
+"""The device's own kernels and their helpers, and JAX under them: they run below the dispatcher, never as user
+code. Dynamo skips their frames as it skips numpy's: a compiled function that falls back to eager (e.g. at
+`.item()`, or a whole frame skipped for a graph break in a loop, as FSDP2's hooks make one) runs them as plain
+Python instead of trying to trace them (which failed on the first numpy call, or inside JAX's pytrees)."""
 
 
 def _skip_runtime_modules() -> None:

@@ -88,9 +88,14 @@ def _constant(value: Any, to_jax: Callable[[torch.Tensor], jax.Array]) -> Any:
     return value
 
 
+_INPUT_COPIES = frozenset({"aten::copy_", "fsdp::copy_"})
+"""Copies into a graph input that AOTAutograd keeps in the graph: `aten.copy_`, and FSDP2's `fsdp.copy_`."""
+
+
 def _is_input_copy(node: fx.Node) -> bool:
-    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
-            and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
+    t = node.target
+    return (node.op == "call_function" and isinstance(t, torch._ops.OpOverload) and t._schema.name in _INPUT_COPIES
+            and t._overloadname == "default" and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
 
 
 def mutated_inputs(gm: fx.GraphModule) -> list[int]:
@@ -214,17 +219,19 @@ class JaxGraph:
         shift = 1  # argument 0 of the jitted function is the RNG key
         static = tuple(p + shift for p in self.static_positions)
         opts = dict(runtime.STATE.compiler_options) or None  # (torch.tpu.compiler.custom_compiler_options)
-        if self.spmd is not None:
-            self.fn = self.spmd.wrap(self.fn)
+        if self.spmd is not None:  # (each rank's key words are its block of a global input: made a key per rank)
+            self.fn = self.spmd.wrap(self.fn, self._key)
         self._jitted = jax.jit(self._traced, static_argnums=static, compiler_options=opts)
         if self.mutated and self.spmd is None:
             self._donating = jax.jit(self._traced, static_argnums=static, compiler_options=opts,
                                      donate_argnums=tuple(p + shift for p in self.mutated))
 
+    def _key(self, rng_key: Any) -> Any:
+        """The `jax.random` key of the `rng_key` argument (see `key_from`), inside the computation."""
+        return rng_key if rng_key is None or self.key_from is None else self.key_from(rng_key)
+
     def _traced(self, rng_key: jax.Array | None, *inputs: Any) -> tuple:
-        if rng_key is not None and self.key_from is not None:
-            rng_key = self.key_from(rng_key)
-        outs = self.fn(rng_key, *inputs)
+        outs = self.fn(rng_key if self.spmd is not None else self._key(rng_key), *inputs)
         static = {i: o for i, o in enumerate(outs) if o is not None and not _is_array(o)}
         if static:
             self._has_static_out = True
@@ -242,7 +249,7 @@ class JaxGraph:
         nothing else reads them afterwards)."""
         spmd = self.spmd
         if spmd is not None:
-            inputs = spmd.to_global(inputs)
+            rng_key, inputs = spmd.to_global(rng_key, inputs)
         sig = self._signature(inputs) if (self.static_positions or not self.signatures or self._has_static_out) else None
         if sig is not None and sig not in self.signatures:
             if self.signatures:
