@@ -72,13 +72,13 @@ def test_model_loss_and_grads_under_torch_compile(tpu_device, dispatch):
 
 def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch):
     calls = []
-    real = moe.grouped_matmul
+    real = moe.moe_experts
 
     def counted(*args, impl):
         calls.append(impl)
         return real(*args, impl=impl)
 
-    monkeypatch.setattr(moe, "grouped_matmul", counted)
+    monkeypatch.setattr(moe, "moe_experts", counted)
     layer, x = _layer(), _x()
     want = _step(_layer("dense"), x, "cpu")
     _close(_step(layer, x, "tpu"), want)
@@ -86,7 +86,7 @@ def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch)
     runtime.STATE.moe_dispatch = "gmm"
     layer.zero_grad()
     _close(_step(layer, x, "tpu"), want)
-    assert calls == ["gmm"] * 3  # w1, w3, w2
+    assert calls == ["gmm"]  # one op: sort, three grouped matmuls, combine
 
 
 def test_unknown_dispatch_is_refused():
