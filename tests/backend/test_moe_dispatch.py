@@ -92,3 +92,14 @@ def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch)
 def test_unknown_dispatch_is_refused():
     with pytest.raises(ValueError, match="dispatch must be one of"):
         MoEFeedForward(8, 8, 2, 1, dispatch="sparse")
+
+
+def test_moe_experts_refuses_bad_shapes_and_impls():
+    layer, x = _layer(), _x()
+    top_w, top_i = layer.route(x)
+    with pytest.raises(ValueError, match="unknown impl 'dense'"):
+        torch.tpu.ops.moe_experts(x, top_w, top_i, layer.w1, layer.w3, layer.w2, impl="dense")
+    with pytest.raises(ValueError, match=r"w2 \(experts, ffn, dim\)"):
+        torch.tpu.ops.moe_experts(x, top_w, top_i, layer.w1, layer.w3, layer.w1, impl="gmm")
+    with pytest.raises(ValueError, match="top_w and top_i"):
+        torch.tpu.ops.moe_experts(x, top_w[..., :1], top_i, layer.w1, layer.w3, layer.w2)
