@@ -13,7 +13,7 @@ from tputool.tune.api import resolve_model
 from tputool.tune.arch import decoder_dims
 from tputool.tune.candidate import MOE_DISPATCHES, Candidate
 from tputool.tune.config import TuneConfig, apply_config, clear_config
-from tputool.tune.cost_model import estimate, sparse_capacity
+from tputool.tune.cost_model import dispatched, estimate, sparse_capacity
 from tputool.tune.hardware import tpu_hardware
 from tputool.tune.space import SearchSpace, enumerate_space
 from tputool.tune.step import build_step
@@ -66,6 +66,8 @@ def test_sparse_dispatch_costs_its_routed_flops_not_every_expert():
     tokens = 8 * 1024
     assert dense.hfu_flops - gmm.hfu_flops == pytest.approx(6 * active * (4 - cap) * tokens, rel=1e-6)
     assert estimate(dims, Candidate(batch=8), hw).step_s == dense.step_s  # "": the model's own (dense)
+    # groups are per device: on a tensor axis of 2 each device groups half of each sequence
+    assert dispatched(dims, Candidate(batch=8, tensor=2, moe="gmm")).capacity == sparse_capacity(dims, 8 * 512)
 
 
 def test_config_round_trip_sets_the_runtime_dispatch(tmp_path):

@@ -23,7 +23,6 @@ from tputool.backend.graph import moe_experts as me
 from tputool.mesh import axis_mesh
 
 out = {"devices": jax.device_count()}
-mesh = axis_mesh({"data": 2, "fsdp": 2}, jax.devices())
 B, S, D, F, E, K = 4, 8, 16, 32, 4, 2
 ks = jax.random.split(jax.random.PRNGKey(0), 6)
 x = jax.random.normal(ks[0], (B, S, D), jnp.float32)
@@ -38,25 +37,28 @@ def dense(x, top_w, w1, w3, w2):
     h = jax.nn.silu(jnp.einsum("btd,edf->btef", x, w1)) * jnp.einsum("btd,edf->btef", x, w3)
     return jnp.einsum("btef,efd,bte->btd", h, w2, gates)
 
-def loss_of(layer):
-    return lambda *a: jnp.sum(layer(*a) ** 2)
-
-args = (x, top_w, w1, w3, w2)
-want = jax.value_and_grad(loss_of(dense), argnums=range(5))(*args)
-batch = NamedSharding(mesh, P(("data", "fsdp")))
-sharded = (jax.device_put(x, batch), jax.device_put(top_w, batch), w1, w3, w2)
-top_i_sharded = jax.device_put(top_i, batch)
+want = jax.value_and_grad(lambda *a: jnp.sum(dense(*a) ** 2), argnums=range(5))(x, top_w, w1, w3, w2)
 
 def err(got):
     return max(float(jnp.abs(g - w).max()) for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
 
-for impl in ("ragged", "gmm"):
-    def sparse(x, top_w, w1, w3, w2, top_i, impl=impl):
-        with me.on_mesh(mesh):
-            return me.experts(x, top_w, top_i, w1, w3, w2, impl=impl)
-    step = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(sparse(*a) ** 2), argnums=range(5)))
-    text = step.lower(*sharded, top_i_sharded).as_text()
-    out[impl] = {"err": err(step(*sharded, top_i_sharded)), "per_device": "manual" in text.lower()}
+local = []  # the token shapes one device groups (traced inside the map)
+real_one = me.one_device
+me.one_device = lambda x, *a: local.append(list(x.shape)) or real_one(x, *a)
+for name, sizes in (("df", {"data": 2, "fsdp": 2}), ("dt", {"data": 2, "tensor": 2})):
+    mesh = axis_mesh(sizes, jax.devices())
+    tokens = NamedSharding(mesh, P(("data", "fsdp")))
+    xs, ws, ids = (jax.device_put(a, tokens) for a in (x, top_w, top_i))
+    for impl in ("ragged", "gmm"):
+        def sparse(x, top_w, w1, w3, w2, top_i, impl=impl, mesh=mesh):
+            with me.on_mesh(mesh):
+                return me.experts(x, top_w, top_i, w1, w3, w2, impl=impl)
+        step = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(sparse(*a) ** 2), argnums=range(5)))
+        local.clear()
+        text = step.lower(xs, ws, w1, w3, w2, ids).as_text()
+        out[f"{impl}-{name}"] = {"err": err(step(xs, ws, w1, w3, w2, ids)), "local": local[0],
+                                 "per_device": "manual" in text.lower()}
+me.one_device = real_one
 
 # the tuner's sharded step: a data x fsdp candidate's two-step losses (the second reads the gradients)
 from tputool.models import MODELS
@@ -65,14 +67,17 @@ from tputool.tune.step import build_step
 spec = MODELS["moe"]
 cfg = spec.config(n_layers=1, max_seq_len=16)
 out["step"] = {}
-for m in ("dense", "ragged", "gmm"):
-    built = build_step(spec, cfg, Candidate(data=2, fsdp=2, batch=1, precision="fp32", moe=m), scan_layers=True)
+for name, c in (("dense", Candidate(data=2, fsdp=2, batch=1, precision="fp32", moe="dense")),
+                ("ragged", Candidate(data=2, fsdp=2, batch=1, precision="fp32", moe="ragged")),
+                ("gmm", Candidate(data=2, fsdp=2, batch=1, precision="fp32", moe="gmm")),
+                ("gmm-tensor", Candidate(data=2, tensor=2, batch=2, precision="fp32", moe="gmm"))):
+    built = build_step(spec, cfg, c, scan_layers=True)
     state, xs, ys = built.init_args(spec, cfg)
     losses = []
     for _ in range(2):
         state, loss = built.fn(state, xs, ys)
         losses.append(float(loss))
-    out["step"][m] = {"losses": losses, "per_device": "manual" in built.lower().as_text().lower()}
+    out["step"][name] = {"losses": losses, "per_device": "manual" in built.lower().as_text().lower()}
 
 # a compiled graph after a tuned config's shard_model: the layer runs per device of the config's mesh
 import torch, yaml
@@ -124,15 +129,18 @@ def result() -> dict:
 
 
 @pytest.mark.parametrize("impl", ["ragged", "gmm"])
-def test_per_device_layer_equals_dense_values_and_grads(result: dict, impl: str) -> None:
+@pytest.mark.parametrize(("mesh", "local"), [("df", [1, 8, 16]), ("dt", [2, 4, 16])])
+def test_per_device_layer_equals_dense_values_and_grads(result: dict, impl: str, mesh: str, local: list) -> None:
+    """data x fsdp: each device groups its batch row; data x tensor: half a batch row's sequence."""
     assert result["devices"] == 4
-    assert result[impl]["per_device"]  # ran under shard_map
-    assert result[impl]["err"] < 1e-4
+    got = result[f"{impl}-{mesh}"]
+    assert got["per_device"] and got["local"] == local  # ran under shard_map on its own tokens
+    assert got["err"] < 1e-4
 
 
 def test_tuners_sharded_step_trains_like_dense(result: dict) -> None:
     steps = result["step"]
-    for m in ("ragged", "gmm"):
+    for m in ("ragged", "gmm", "gmm-tensor"):
         assert steps[m]["per_device"]
         assert steps[m]["losses"] == pytest.approx(steps["dense"]["losses"], rel=1e-5)
 

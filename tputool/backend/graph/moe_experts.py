@@ -9,8 +9,8 @@ Only the group sizes depend on the routing, so shapes stay static.
 
 On a mesh the layer runs per device under `jax.shard_map` (XLA cannot partition a Pallas kernel, and a global
 sort would gather every token): each device routes, sorts and groups its own tokens (the leading batch axis
-split over the batch axes where the mesh divides it, replicated otherwise), with the expert weights whole
-inside the map (XLA gathers sharded weights before it, as FSDP does); group sizes are then per device. The
+split over the batch axes and the sequence axis over `tensor`, each where the mesh divides it, replicated
+otherwise), with the expert weights whole inside the map (XLA gathers sharded weights before it, as FSDP does); group sizes are then per device. The
 mesh is the one `on_mesh` names while the layer is traced (the tuner's step), else the active tuned config's
 (`runtime.STATE.moe_mesh`, set by its `shard_model`); none, or one device: the whole batch at once.
 """
@@ -63,17 +63,18 @@ def one_device(x, top_w, top_i, w1, w3, w2, impl: str):
     return jnp.zeros(xf.shape, y.dtype).at[token].add(y).reshape(x.shape)
 
 
-def per_device(fn: Callable, mesh, batch_axes: tuple[str, ...]) -> Callable:
+def per_device(fn: Callable, mesh, batch_axes: tuple[str, ...], seq_axes: tuple[str, ...]) -> Callable:
     """`fn(x, top_w, top_i, w1, w3, w2)` run per device of `mesh` under `jax.shard_map`: the leading (batch)
-    axis of x, top_w and top_i split over `batch_axes` where the mesh divides it (replicated otherwise), the
-    weights whole on every device."""
+    axis of x, top_w and top_i split over `batch_axes` and the next (sequence) axis, when x has one, over
+    `seq_axes`, each where the mesh divides it (replicated otherwise); the weights whole on every device."""
     from jax.sharding import PartitionSpec as P
 
-    axes = tuple(a for a in batch_axes if mesh.shape.get(a, 1) > 1)
+    def split(axes: tuple[str, ...], size: int):
+        axes = tuple(a for a in axes if mesh.shape.get(a, 1) > 1)
+        return axes if axes and size % math.prod(mesh.shape[a] for a in axes) == 0 else None
 
     def run(x, top_w, top_i, w1, w3, w2):
-        split = bool(axes) and x.shape[0] % math.prod(mesh.shape[a] for a in axes) == 0
-        tokens = P(axes if split else None)
+        tokens = P(split(batch_axes, x.shape[0]), *([split(seq_axes, x.shape[1])] if x.ndim > 2 else []))
         return jax.shard_map(fn, mesh=mesh, in_specs=(tokens, tokens, tokens, P(), P(), P()),
                              out_specs=tokens, check_vma=False)(x, top_w, top_i, w1, w3, w2)
 
@@ -90,5 +91,5 @@ def experts(x, top_w, top_i, w1, w3, w2, *, impl: str):
 
     mesh = current_mesh()
     if mesh is not None and mesh.size > 1:
-        fn = per_device(fn, mesh, BATCH_AXES)
+        fn = per_device(fn, mesh, BATCH_AXES, ("tensor",))
     return fn(x, top_w, top_i, w1, w3, w2)
