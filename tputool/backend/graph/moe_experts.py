@@ -49,7 +49,7 @@ def current_mesh():
 
 def one_device(x, top_w, top_i, w1, w3, w2, impl: str):
     """The expert layer over all of `x`'s tokens at once (see the module docstring)."""
-    gmm = grouped_matmul(impl)
+    matmul = grouped_matmul(impl)
     dim, k = x.shape[-1], top_i.shape[-1]
     xf = x.reshape(-1, dim)
     assigned = top_i.reshape(-1)
@@ -57,8 +57,8 @@ def one_device(x, top_w, top_i, w1, w3, w2, impl: str):
     token = order // k
     rows = xf[token]
     sizes = jnp.bincount(assigned, length=w1.shape[0])
-    h = jax.nn.silu(gmm(rows, w1, sizes)) * gmm(rows, w3, sizes)
-    y = gmm(h, w2, sizes)
+    h = jax.nn.silu(matmul(rows, w1, sizes)) * matmul(rows, w3, sizes)
+    y = matmul(h, w2, sizes)
     y = y * top_w.reshape(-1)[order][:, None].astype(y.dtype)
     return jnp.zeros(xf.shape, y.dtype).at[token].add(y).reshape(x.shape)
 
