@@ -72,13 +72,13 @@ def test_model_loss_and_grads_under_torch_compile(tpu_device, dispatch):
 
 def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch):
     calls = []
-    real = moe.grouped_matmul
+    real = moe.moe_experts
 
     def counted(*args, impl):
         calls.append(impl)
         return real(*args, impl=impl)
 
-    monkeypatch.setattr(moe, "grouped_matmul", counted)
+    monkeypatch.setattr(moe, "moe_experts", counted)
     layer, x = _layer(), _x()
     want = _step(_layer("dense"), x, "cpu")
     _close(_step(layer, x, "tpu"), want)
@@ -86,9 +86,20 @@ def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch)
     runtime.STATE.moe_dispatch = "gmm"
     layer.zero_grad()
     _close(_step(layer, x, "tpu"), want)
-    assert calls == ["gmm"] * 3  # w1, w3, w2
+    assert calls == ["gmm"]  # one op: sort, three grouped matmuls, combine
 
 
 def test_unknown_dispatch_is_refused():
     with pytest.raises(ValueError, match="dispatch must be one of"):
         MoEFeedForward(8, 8, 2, 1, dispatch="sparse")
+
+
+def test_moe_experts_refuses_bad_shapes_and_impls():
+    layer, x = _layer(), _x()
+    top_w, top_i = layer.route(x)
+    with pytest.raises(ValueError, match="unknown impl 'dense'"):
+        torch.tpu.ops.moe_experts(x, top_w, top_i, layer.w1, layer.w3, layer.w2, impl="dense")
+    with pytest.raises(ValueError, match=r"w2 \(experts, ffn, dim\)"):
+        torch.tpu.ops.moe_experts(x, top_w, top_i, layer.w1, layer.w3, layer.w1, impl="gmm")
+    with pytest.raises(ValueError, match="top_w and top_i"):
+        torch.tpu.ops.moe_experts(x, top_w[..., :1], top_i, layer.w1, layer.w3, layer.w2)

@@ -13,7 +13,7 @@ from tputool.tune.api import resolve_model
 from tputool.tune.arch import decoder_dims
 from tputool.tune.candidate import MOE_DISPATCHES, Candidate
 from tputool.tune.config import TuneConfig, apply_config, clear_config
-from tputool.tune.cost_model import estimate, sparse_capacity
+from tputool.tune.cost_model import dispatched, estimate, sparse_capacity
 from tputool.tune.hardware import tpu_hardware
 from tputool.tune.space import SearchSpace, enumerate_space
 from tputool.tune.step import build_step
@@ -66,6 +66,8 @@ def test_sparse_dispatch_costs_its_routed_flops_not_every_expert():
     tokens = 8 * 1024
     assert dense.hfu_flops - gmm.hfu_flops == pytest.approx(6 * active * (4 - cap) * tokens, rel=1e-6)
     assert estimate(dims, Candidate(batch=8), hw).step_s == dense.step_s  # "": the model's own (dense)
+    # groups are per device: on a tensor axis of 2 each device groups half of each sequence
+    assert dispatched(dims, Candidate(batch=8, tensor=2, moe="gmm")).capacity == sparse_capacity(dims, 8 * 512)
 
 
 def test_config_round_trip_sets_the_runtime_dispatch(tmp_path):
@@ -87,13 +89,13 @@ def test_a_config_selecting_gmm_makes_the_model_use_it(tmp_path, monkeypatch):
     import yaml
 
     calls = []
-    real = moe.grouped_matmul
+    real = moe.moe_experts
 
     def counted(*args, impl):
         calls.append(impl)
         return real(*args, impl=impl)
 
-    monkeypatch.setattr(moe, "grouped_matmul", counted)
+    monkeypatch.setattr(moe, "moe_experts", counted)
     torch.manual_seed(0)
     model = moe.build(moe.MoEConfig(**TINY))
     x, _ = moe.example_batch(moe.MoEConfig(**TINY), 2)
@@ -103,7 +105,7 @@ def test_a_config_selecting_gmm_makes_the_model_use_it(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump(TuneConfig(Candidate(batch=2, moe="gmm"), model="moe").to_dict()))
     apply_config(path)
     torch.testing.assert_close(model(x), dense, rtol=1e-4, atol=1e-4)
-    assert calls == ["gmm"] * 3
+    assert calls == ["gmm"]
 
 
 def test_the_tuners_step_runs_each_dispatch_with_the_same_loss():

@@ -58,3 +58,17 @@ def test_pallas_kernel_candidates_compile_natively_for_a_topology():
     check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x4"), log)
     for impl in ("splash", "flash"):
         assert 0 < check(Candidate(data=4, tensor=2, batch=1, remat="full", attention=impl, block=128)) < 16e9
+
+
+def test_moe_gmm_candidates_compile_per_device_on_a_mesh():
+    """The megablox gmm MoE layer compiles natively for a 4-chip topology on an fsdp and a data mesh of 4
+    (per device, under shard_map: XLA cannot partition a Mosaic kernel)."""
+    from tputool.tune import tpu_compile
+    from tputool.tune.api import resolve_model
+    from tputool.tune.hardware import tpu_hardware
+
+    rm = resolve_model("moe", {"n_layers": 2, "max_seq_len": 128})
+    check = tpu_compile.compile_checker(rm, tpu_hardware("v5e:2x2"))
+    for data, fsdp in ((1, 4), (4, 1)):
+        c = Candidate(data=data, fsdp=fsdp, batch=2, remat="full", precision="bf16", moe="gmm")
+        assert 0 < check(c) < 16e9

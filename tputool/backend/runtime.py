@@ -10,6 +10,7 @@ once and kept for the process. What it is *doing* is runtime state, all of it re
   compiler_options    XLA options set by torch.tpu.compiler.custom_compiler_options;
   sdpa_kernel         the attention implementation compiled graphs' SDPA uses (set by a tuned config);
   moe_dispatch        how the built-in MoE layer dispatches tokens to experts (set by a tuned config);
+  moe_mesh            the mesh sparse MoE layers run per device of (set by a tuned config's shard_model);
   asserts             device-side index checks waiting for the next sync point (`tputool.backend.asserts`).
 The dispatcher reads `STATE.blocking` on every op (one attribute read, as a module global costs).
 """
@@ -76,6 +77,9 @@ class Runtime:
     """How `tputool.models.moe.MoEFeedForward` layers without their own setting dispatch tokens: "dense", or
     sparse through the grouped matmul "ragged" / "gmm" (`graph/grouped_matmul.py`); set by
     `tputool.tune.apply_config`, read at each forward (so graphs traced afterwards follow it). None: dense."""
+    moe_mesh: Any = None
+    """The mesh sparse MoE layers traced from now on run per device of (`graph/moe_experts.py`; set by the
+    active tuned config's `shard_model`); None: over the whole batch at once."""
 
 
 STATE = Runtime()
@@ -110,7 +114,7 @@ def set_mode(mode: EagerMode) -> None:
 
 def reset() -> None:
     """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
-    the default random seed, no compiler options, SDPA kernel or MoE dispatch, no events, nothing in flight (waited for first). Compiled kernels are kept."""
+    the default random seed, no compiler options, SDPA kernel or MoE dispatch or mesh, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
     set_mode(EagerMode.DEFER_NEVER)
@@ -118,7 +122,7 @@ def reset() -> None:
     STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
     STATE.compiler_options = {}
     STATE.sdpa_kernel = None
-    STATE.moe_dispatch = None
+    STATE.moe_dispatch = STATE.moe_mesh = None
     from tputool.backend import events
 
     events.reset()  # (the event record diagnose reads: `tputool.backend.events`)

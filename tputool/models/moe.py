@@ -3,10 +3,11 @@
 Two ways to dispatch tokens to experts (`DISPATCHES`), the same outputs and gradients:
 - "dense" (the default): every expert runs on every token and a (tokens, experts) gate matrix, zero outside
   each token's top-k, mixes the results (n_experts/top_k times the FLOPs of sparse dispatch);
-- "ragged" / "gmm", sparse: the (token, k) assignments are sorted by expert, their rows gathered, the three
-  expert matmuls run as grouped matmuls (`torch.tpu.ops.grouped_matmul` with that implementation:
-  jax.lax.ragged_dot, or the Pallas megablox kernels), then the rows are unsorted, weighted by their gates
-  and summed over k. Only the group sizes depend on the routing, so shapes stay static.
+- "ragged" / "gmm", sparse: `torch.tpu.ops.moe_experts` with that grouped matmul implementation
+  (jax.lax.ragged_dot, or the Pallas megablox kernels), one op: the (token, k) assignments are sorted by
+  expert, their rows gathered, the three expert matmuls run as grouped matmuls, then the rows are weighted by
+  their gates and summed back per token. Only the group sizes depend on the routing, so shapes stay static.
+  On the active tuned config's mesh it runs per device (each device sorts its own tokens).
 A layer built without a dispatch follows `runtime.STATE.moe_dispatch` (a tuned config's choice, read at
 each forward), dense when unset.
 """
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tputool.backend import runtime
-from tputool.backend.tpu_api.ops import grouped_matmul
+from tputool.backend.tpu_api.ops import moe_experts
 from tputool.models.llama import Block, Llama, LlamaConfig
 from tputool.models.llama import example_batch as llama_batch
 from tputool.models.spec import Batch, ModelSpec, classification_loss
@@ -83,18 +84,10 @@ class MoEFeedForward(nn.Module):
         return torch.einsum("bted,bte->btd", y, g)
 
     def sparse(self, x: Tensor, impl: str) -> Tensor:
-        """Sparse dispatch: the top_k rows of each token sorted by expert through grouped matmuls `impl`."""
-        shape, k = x.shape, self.top_k
-        xf = x.reshape(-1, shape[-1])
-        top_w, top_i = self.route(xf)
-        experts = top_i.reshape(-1)
-        order = torch.argsort(experts, stable=True)
-        rows = xf[order // k]
-        ids = torch.arange(self.w1.shape[0], device=x.device, dtype=experts.dtype)
-        sizes = (experts.unsqueeze(1) == ids).sum(0).to(torch.int32)
-        h = F.silu(grouped_matmul(rows, self.w1, sizes, impl=impl)) * grouped_matmul(rows, self.w3, sizes, impl=impl)
-        y = grouped_matmul(h, self.w2, sizes, impl=impl)[torch.argsort(order)]
-        return (y.reshape(-1, k, shape[-1]) * top_w.unsqueeze(-1)).sum(1).reshape(shape)
+        """Sparse dispatch: each token's top_k experts through `torch.tpu.ops.moe_experts` (grouped matmuls
+        `impl`)."""
+        top_w, top_i = self.route(x)
+        return moe_experts(x, top_w, top_i, self.w1, self.w3, self.w2, impl=impl)
 
 
 def build(config: MoEConfig) -> Llama:

@@ -69,13 +69,16 @@ class TuneConfig:
 
     def shard_model(self, model, devices: list | None = None):
         """Place a `tpu` model's parameters by the config (graph backend `shard_params`); returns (mesh, specs).
-        For the active config, compiled graphs' attention kernel then runs per device of this mesh."""
+        For the active config, compiled graphs' attention kernel and sparse MoE layers then run per device of
+        this mesh."""
         from tputool.backend import runtime
         from tputool.backend.graph.sharding import shard_params
 
         mesh = self.make_mesh(devices)
         if runtime.STATE.sdpa_kernel is not None and self is _ACTIVE:  # its Pallas kernel runs per device
             runtime.STATE.sdpa_kernel = (*runtime.STATE.sdpa_kernel[:2], mesh)
+        if self is _ACTIVE:
+            runtime.STATE.moe_mesh = mesh
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         return mesh, shard_params(model, mesh, partition_specs(shapes, self.mesh_shape, self.logical_to_mesh).specs)
 
@@ -198,6 +201,7 @@ def _set_active(cfg: TuneConfig | None) -> TuneConfig | None:
     c = cfg.candidate if cfg is not None else None
     runtime.STATE.sdpa_kernel = None if c is None or c.attention == "plain" else (c.attention, c.block, None)
     runtime.STATE.moe_dispatch = (c.moe or None) if c is not None else None
+    runtime.STATE.moe_mesh = None  # (until its shard_model makes one)
     return cfg
 
 

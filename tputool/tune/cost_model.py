@@ -58,10 +58,12 @@ def sparse_capacity(model: ModelDims, tokens: float) -> float:
 
 
 def dispatched(model: ModelDims, c: Candidate) -> ModelDims:
-    """`model` as candidate `c` dispatches its experts: a sparse `c.moe` replaces the dense capacity."""
+    """`model` as candidate `c` dispatches its experts: a sparse `c.moe` replaces the dense capacity (groups
+    per device: a data shard's tokens, their sequence split over `tensor` where it divides it)."""
     if not model.experts or c.moe in ("", "dense"):
         return model
-    return dataclasses.replace(model, capacity=sparse_capacity(model, c.batch * model.seq))
+    seq = model.seq // c.tensor if model.seq % c.tensor == 0 else model.seq
+    return dataclasses.replace(model, capacity=sparse_capacity(model, c.batch * seq))
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,12 @@ def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, r
     `params`/`buffers` are dicts by name in the compute dtype. `constrain(x)` is applied to every array
     leaving a layer segment (e.g. a batch-sharding constraint). With `scan`, runs of identical layers are one
     `jax.lax.scan` over stacked parameters: `params` then take `scan_layout(exp).stack(...)`'s layout.
-    `mesh`: the step's mesh, over which a Pallas attention kernel runs per device.
+    `mesh`: the step's mesh, over which a Pallas attention kernel and sparse MoE layers run per device.
     """
     import jax
 
     from tputool.backend.graph.jaxify import interpret
+    from tputool.backend.graph.moe_experts import on_mesh
 
     missing = missing_lowerings(exp)
     if missing:
@@ -153,6 +154,10 @@ def loss_function(exp: ExportedLoss, attention: str = "plain", block: int = 0, r
         return final
 
     def loss(params: dict, buffers: dict, *inputs):
+        with on_mesh(mesh):
+            return evaluate(params, buffers, *inputs)
+
+    def evaluate(params: dict, buffers: dict, *inputs):
         env: dict = {}
         for name, (kind, key) in zip(placeholders, exp.sources, strict=True):
             if kind == "param" and plan is not None and key not in params:

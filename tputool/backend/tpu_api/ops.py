@@ -4,6 +4,8 @@
   where the device is not a TPU, the same kernel runs in Pallas' interpret mode (slow, for checking only).
 - `grouped_matmul`: a grouped matmul (MoE experts) through `jax.lax.ragged_dot` or JAX's Pallas megablox kernels
   (interpret mode off TPU); on CPU tensors, a plain torch loop (the reference).
+- `moe_experts`: the sparse mixture-of-experts expert layer (sort by expert, three grouped matmuls, combine) as
+  one op, per device of the tuned config's mesh (`graph/moe_experts.py`); on CPU tensors, a torch loop.
 - `ragged_dot`, `ragged_dot_weight_grad`: grouped matmuls through `jax.lax.ragged_dot` (and its VJP).
 - `all_gather_dim`, `reduce_scatter_dim`: collectives along a tensor dimension over a process group (the
   tpu group across processes; world size 1: a copy).
@@ -28,7 +30,7 @@ import torch
 from tputool.backend.tpu_api.pallas import jax_op
 
 __all__ = ["align_jagged_to_multiple", "all_gather_dim", "grouped_matmul", "max_pool1d", "max_pool1d_backward", "max_pool2d",
-           "max_pool2d_backward", "max_pool3d", "max_pool3d_backward", "optimization_barrier",
+           "max_pool2d_backward", "max_pool3d", "max_pool3d_backward", "moe_experts", "optimization_barrier",
            "ragged_all_to_all", "ragged_dot", "ragged_dot_weight_grad", "recv", "reduce_scatter_dim", "send",
            "sparse_dense_matmul", "sparse_gather", "sparse_iota", "sparse_map_row", "splash_sdpa",
            "strip_jagged_padding"]
@@ -95,6 +97,44 @@ def grouped_matmul(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tens
     if lhs.device.type == "cpu" and not torch.compiler.is_compiling():
         return _grouped_matmul_reference(lhs, rhs, group_sizes)
     return jax_op(gm.run, lhs, rhs, group_sizes, impl=impl)
+
+
+def _moe_experts_reference(x: torch.Tensor, top_w: torch.Tensor, top_i: torch.Tensor, w1: torch.Tensor,
+                           w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """The sparse expert layer with torch ops and the grouped matmul's torch loop (CPU tensors)."""
+    k, dim = top_i.shape[-1], x.shape[-1]
+    xf = x.reshape(-1, dim)
+    assigned = top_i.reshape(-1)
+    order = torch.argsort(assigned, stable=True)
+    rows = xf[order // k]
+    sizes = torch.bincount(assigned, minlength=w1.shape[0])
+    gate, up = (_grouped_matmul_reference(rows, w, sizes) for w in (w1, w3))
+    h = torch.nn.functional.silu(gate) * up
+    y = _grouped_matmul_reference(h, w2, sizes)[torch.argsort(order)]
+    return (y.reshape(-1, k, dim) * top_w.reshape(-1, k, 1)).sum(1).reshape(x.shape)
+
+
+def moe_experts(x: torch.Tensor, top_w: torch.Tensor, top_i: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                w2: torch.Tensor, *, impl: str = "ragged") -> torch.Tensor:
+    """Sparse mixture-of-experts SwiGLU experts: each token of `x` (batch, ..., dim) goes to its experts `top_i`
+    (batch, ..., k), weighted by `top_w` (same shape); expert e computes (silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]
+    (w1, w3: (experts, dim, ffn); w2: (experts, ffn, dim)). Runs as one op: rows sorted by expert, grouped
+    matmuls `impl` ("ragged" or "gmm", as grouped_matmul), summed back per token; per device of the active
+    tuned config's mesh once its `shard_model` made one. Differentiable in x, top_w and the weights."""
+    from tputool.backend.graph import grouped_matmul as gm
+    from tputool.backend.graph import moe_experts as me
+
+    if impl not in gm.IMPLS:
+        raise ValueError(f"moe_experts: unknown impl {impl!r} (one of {', '.join(gm.IMPLS)})")
+    n, dim, ffn = w1.shape
+    if x.shape[-1] != dim or top_w.shape != top_i.shape or top_i.shape[:-1] != x.shape[:-1] \
+            or w3.shape != w1.shape or tuple(w2.shape) != (n, ffn, dim):
+        raise ValueError(f"moe_experts takes x (..., dim), top_w and top_i (..., k), w1 and w3 (experts, dim, ffn) "
+                         f"and w2 (experts, ffn, dim), got {tuple(x.shape)}, {tuple(top_w.shape)}, "
+                         f"{tuple(top_i.shape)}, {tuple(w1.shape)}, {tuple(w3.shape)} and {tuple(w2.shape)}")
+    if x.device.type == "cpu" and not torch.compiler.is_compiling():
+        return _moe_experts_reference(x, top_w, top_i, w1, w3, w2)
+    return jax_op(me.experts, x, top_w, top_i, w1, w3, w2, impl=impl)
 
 
 def _ragged_dot(lhs, rhs, group_sizes):
