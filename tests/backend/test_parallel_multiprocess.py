@@ -64,6 +64,16 @@ def test_two_process_training_matches_gloo_on_cpu(mode: str, tmp_path: Path) -> 
         torch.testing.assert_close(got["state"], want["state"], **PARAM_TOL)
 
 
+def test_two_process_ddp_in_fused_eager_mode_matches_gloo_on_cpu(tmp_path: Path) -> None:
+    """DDP with tpu eager ops deferred and fused: a flush donates buffers a collective's inputs share."""
+    cpu = _ranks("ddp", "cpu", tmp_path)
+    tpu = _ranks("ddp-fused", "tpu", tmp_path)
+    assert tpu[0]["mode"] == "fused"
+    for want, got in zip(cpu, tpu, strict=True):
+        torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(want["losses"]), **LOSS_TOL)
+        torch.testing.assert_close(got["state"], want["state"], **PARAM_TOL)
+
+
 def test_two_process_compiled_collectives_match_gloo_on_cpu(tmp_path: Path) -> None:
     cpu = _ranks("compiled", "cpu", tmp_path)
     torch.testing.assert_close(cpu[0]["compiled"], cpu[0]["eager"])
