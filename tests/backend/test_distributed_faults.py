@@ -116,6 +116,26 @@ def test_a_rank_killed_inside_collectives_is_named_and_the_survivor_exits(tmp_pa
     assert took < TIMEOUT_S + 15, f"rank 0 took {took:.0f}s to end after rank 1 died"
 
 
+def test_a_rank_whose_script_raises_ends_at_once_and_is_named_by_the_other(tmp_path: Path) -> None:
+    """Rank 1 raises after one all-reduce: it exits (status 1) at once instead of waiting for rank 0 at JAX's
+    shutdown barrier (while rank 0 waits for it in the next collective), and rank 0 names it at the timeout."""
+    procs = _ranks("raise", tmp_path)
+    ended: dict[int, float] = {}
+    try:
+        end = time.monotonic() + 180
+        while len(ended) < 2 and time.monotonic() < end:
+            for r, p in enumerate(procs):
+                if r not in ended and p.poll() is not None:
+                    ended[r] = time.monotonic()
+            time.sleep(0.1)
+    finally:
+        out = _finish(procs)
+    assert "ValueError: a bug in rank 1's script" in out, out[-3000:]
+    assert [p.returncode for p in procs] == [1, 1], out[-3000:]
+    assert ended[0] - ended[1] > TIMEOUT_S / 2, f"rank 1 ended {ended[0] - ended[1]:.1f}s before rank 0"
+    assert re.search(r"RANK 0 FAILED after [\d.]+s: .*rank\(s\) 1 of 2 did not join within the timeout", out), out[-3000:]
+
+
 @pytest.mark.parametrize("checks", ["1", "0"])
 def test_a_recv_whose_sender_never_sends_fails_within_the_timeout(tmp_path: Path, checks: str) -> None:
     procs = _ranks("recv", tmp_path, TPUTOOL_DIST_CHECKS=checks)
