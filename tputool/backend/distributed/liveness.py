@@ -4,6 +4,7 @@ Every process runs one daemon thread that adds 1 to `hb/<rank>` in the store of 
 `INTERVAL` seconds. After a collective fails (a peer's connection reset, or no result within the timeout),
 `silent_ranks` reads the counters twice, `window` seconds apart: a rank whose counter did not move has
 stopped (died, or its process hangs with the interpreter held). Nothing is read on the collectives' path.
+The same thread is the watchdog of a call stuck in the runtime (`watching`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ WINDOW = 4.0
 """Seconds `silent_ranks` watches the counters for (several intervals: a loaded host delays a beat)."""
 
 _KEY = "hb/{}"
+
+watching: tuple | None = None
+"""(deadline, on_stuck, *args) of the collective call in progress (set by `faults.Guard.run`); the beating
+thread calls on_stuck(*args) once time.monotonic() passes the deadline (the watchdog)."""
 _groups: list[tuple[dist.Store, int]] = []
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -27,6 +32,9 @@ _thread: threading.Thread | None = None
 
 def _beat() -> None:
     while True:
+        w = watching
+        if w is not None and time.monotonic() > w[0]:
+            w[1](*w[2:])
         with _lock:
             groups = list(_groups)
         for store, rank in groups:
