@@ -282,29 +282,29 @@ class TpuProcessGroup(NamedProcessGroup):
     def _pair(self, src: int, dst: int, t: torch.Tensor, tag: int) -> None:
         """Move `t` from group rank `src` to `dst` (both call this): a 2-device ppermute program, after the two
         exchange (shape, dtype, tag) through the store (when the checks are on, or for a non-zero tag)."""
-        peer = dst if self.rank() == src else src
+        sending = self.rank() == src
+        peer = dst if sending else src
         k = self._p2p[peer] = self._p2p.get(peer, 0) + 1
+        what = f"send #{k} to rank {dst}" if sending else f"recv #{k} from rank {src}"
         if self._hs.checks or tag:
-            self._p2p_check(src, dst, k, f"{_desc([t])} tag {tag}")
+            self._p2p_check(src, dst, f"p2p/{src}-{dst}/{k}/", what, f"{_desc([t])} tag {tag}")
         a = _array(t)
         key = ("send", a.shape, a.dtype, (src, dst))
         prog = self._cache.get(key)
         if prog is None:
             pair = (self._devices[src], self._devices[dst])
             prog = self._cache[key] = programs.program(pair, "send", a.shape, a.dtype)
-        out = self._guard.run(prog, a, what=f"{'send #' if peer == dst else 'recv #'}{k} "
-                              f"{'to' if peer == dst else 'from'} rank {peer}", ranks=(src, dst))[0]
+        out = self._guard.run(prog, a, what=what, ranks=(src, dst))[0]
         if self.rank() == dst:
             _put(t, out)
 
-    def _p2p_check(self, src: int, dst: int, k: int, sig: str) -> None:
-        """Both sides of the k-th transfer src -> dst post `sig` and read the other's: a missing peer (at the
-        timeout) or a different shape, dtype or tag raises on both ranks, before any data moves."""
+    def _p2p_check(self, src: int, dst: int, prefix: str, what: str, sig: str) -> None:
+        """Both sides of a transfer src -> dst post `sig` under `prefix` and read the other's: a missing peer
+        (at the timeout) or a different shape, dtype or tag raises on both ranks, before any data moves."""
         hs = self._hs
         sending = self.rank() == src
         peer = dst if sending else src
-        what = f"{'send' if sending else 'recv'} #{k} {'to' if sending else 'from'} rank {peer}"
-        mine, theirs = (f"p2p/{src}-{dst}/{k}/{'s' if sending else 'r'}", f"p2p/{src}-{dst}/{k}/{'r' if sending else 's'}")
+        mine, theirs = (prefix + "s", prefix + "r") if sending else (prefix + "r", prefix + "s")
         hs.store.set(mine, sig)
         try:
             hs.store.wait([theirs], hs.timeout)
