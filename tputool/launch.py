@@ -37,7 +37,9 @@ def torchrun_args(script: str, args: list[str], nproc: int, master_port: int | N
 
 def launch_local(script: str, args: list[str], nproc: int, cpu_devices: int | None = None,
                  master_port: int | None = None) -> int:
-    """Run `script` in `nproc` local processes under torchrun's launcher; 0, or 1 when a worker failed."""
+    """Run `script` in `nproc` local processes under torchrun's launcher; 0, 1 when a worker failed, or 128 +
+    the signal that interrupted the launcher (its workers stopped)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -48,4 +50,7 @@ def launch_local(script: str, args: list[str], nproc: int, cpu_devices: int | No
     except ChildFailedError as e:
         print(e.format_msg(), file=sys.stderr)
         return 1
+    except SignalException as e:  # (Ctrl-C or a kill: torchrun's agent has already stopped every worker)
+        print(f"tputool run: interrupted ({e.sigval.name}): every worker was stopped", file=sys.stderr)
+        return 128 + int(e.sigval)
     return 0

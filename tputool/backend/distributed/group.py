@@ -11,7 +11,9 @@ Point-to-point send/recv is a 2-device program (ppermute) between the two proces
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import jax
@@ -19,12 +21,15 @@ import torch
 import torch.distributed as dist
 
 from tputool.backend import tensor as tt
-from tputool.backend.distributed import programs
+from tputool.backend.distributed import jax_runtime, liveness, programs
+from tputool.backend.distributed.faults import Guard
 from tputool.backend.distributed.handshake import Handshake
 from tputool.backend.distributed.single import NamedProcessGroup, done
 from tputool.backend.tpu_api import _bridge
 
 _REASON = "collective"
+_READ_WAIT = timedelta(seconds=5)
+"""How long a rank that found a send/recv mismatch waits for its peer to read its half before raising."""
 
 
 def _array(t: torch.Tensor) -> jax.Array:
@@ -70,8 +75,10 @@ class TpuProcessGroup(NamedProcessGroup):
         for d in jax.devices():
             first.setdefault(d.process_index, d)
         self._devices = tuple(first[int(p)] for p in procs)
-        self._cache: dict[tuple, programs.Collective] = {}
+        self._guard = Guard(self._hs)
+        self._cache: dict[tuple, Callable[..., list[jax.Array]]] = {}
         self._p2p: dict[int, int] = {}
+        liveness.start(store, rank)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's API name
         """The registered backend name this group was created under."""
@@ -87,11 +94,13 @@ class TpuProcessGroup(NamedProcessGroup):
         the store, as before each collective: a missing rank or a different call is named in a RuntimeError."""
         self._hs.check(call)
 
-    def _program(self, kind: str, a: jax.Array, *params) -> programs.Collective:
+    def _program(self, kind: str, a: jax.Array, *params) -> Callable[..., list[jax.Array]]:
+        """The collective `kind` for blocks like `a`, run through the group's guard (cached)."""
         key = (kind, a.shape, a.dtype, params)
         prog = self._cache.get(key)
         if prog is None:
-            prog = self._cache[key] = programs.program(self._devices, kind, a.shape, a.dtype, *params)
+            compiled = programs.program(self._devices, kind, a.shape, a.dtype, *params)
+            prog = self._cache[key] = functools.partial(self._guard.run, compiled)
         return prog
 
     # ---- reductions and broadcasts ------------------------------------------------------------------
@@ -270,40 +279,57 @@ class TpuProcessGroup(NamedProcessGroup):
 
     # ---- point to point ---------------------------------------------------------------------------------
 
-    def _pair(self, src: int, dst: int, t: torch.Tensor) -> None:
-        """Move `t` from group rank `src` to `dst` (both call this): a 2-device ppermute program."""
-        peer = dst if self.rank() == src else src
+    def _pair(self, src: int, dst: int, t: torch.Tensor, tag: int) -> None:
+        """Move `t` from group rank `src` to `dst` (both call this): a 2-device ppermute program, after the two
+        exchange (shape, dtype, tag) through the store (when the checks are on, or for a non-zero tag)."""
+        sending = self.rank() == src
+        peer = dst if sending else src
         k = self._p2p[peer] = self._p2p.get(peer, 0) + 1
-        hs = self._hs
-        key = f"p2p/{src}-{dst}/{k}"
-        if self.rank() == dst and hs.checks:
-            try:
-                hs.store.wait([key], hs.timeout)
-            except Exception:  # noqa: BLE001 - timeout
-                raise RuntimeError(f"{hs.name}: recv #{k} from rank {src}: rank {src} did not send within the "
-                                   f"timeout ({hs.timeout.total_seconds():g}s)") from None
-            sig = hs.store.get(key).decode()
-            if sig != _desc([t]):
-                raise RuntimeError(f"{hs.name}: recv #{k} from rank {src} expects {_desc([t])} but rank {src} sent "
-                                   f"{sig}")
-        elif hs.checks:
-            hs.store.set(key, _desc([t]))
+        what = f"send #{k} to rank {dst}" if sending else f"recv #{k} from rank {src}"
+        if self._hs.checks or tag:
+            self._p2p_check(src, dst, f"p2p/{src}-{dst}/{k}/", what, f"{_desc([t])} tag {tag}")
         a = _array(t)
         key = ("send", a.shape, a.dtype, (src, dst))
         prog = self._cache.get(key)
         if prog is None:
             pair = (self._devices[src], self._devices[dst])
             prog = self._cache[key] = programs.program(pair, "send", a.shape, a.dtype)
-        out = prog(a)[0]
+        out = self._guard.run(prog, a, what=what, ranks=(src, dst))[0]
         if self.rank() == dst:
             _put(t, out)
 
+    def _p2p_check(self, src: int, dst: int, prefix: str, what: str, sig: str) -> None:
+        """Both sides of a transfer src -> dst post `sig` under `prefix` and read the other's: a missing peer
+        (at the timeout) or a different shape, dtype or tag raises on both ranks, before any data moves."""
+        hs = self._hs
+        sending = self.rank() == src
+        peer = dst if sending else src
+        mine, theirs = (prefix + "s", prefix + "r") if sending else (prefix + "r", prefix + "s")
+        hs.store.set(mine, sig)
+        try:
+            hs.store.wait([theirs], hs.timeout)
+        except Exception:  # noqa: BLE001 - timeout, or the store's host gone
+            msg = (f"{hs.name}: {what}: rank {peer} did not {'recv' if sending else 'send'} within the timeout "
+                   f"({hs.timeout.total_seconds():g}s)")
+            jax_runtime.mark_failed(msg)
+            raise dist.DistBackendError(msg) from None
+        other = hs.store.get(theirs).decode()
+        hs.store.delete_key(theirs)
+        if other != sig:
+            sent, expected = (sig, other) if sending else (other, sig)
+            msg = (f"{hs.name}: {what} does not match: rank {src} sends {sent} but rank {dst} receives {expected}")
+            jax_runtime.mark_failed(msg)
+            hs.store.set(f"{mine}/read", "")  # (the store may live in this process: let the peer read first)
+            with contextlib.suppress(Exception):
+                hs.store.wait([f"{theirs}/read"], min(hs.timeout, _READ_WAIT))
+            raise RuntimeError(msg)
+
     def send(self, tensors: Sequence[torch.Tensor], dst: int, tag: int) -> dist.Work:
-        """Send tensors[0] to group rank `dst` (which calls recv)."""
-        self._pair(self.rank(), dst, tensors[0])
+        """Send tensors[0] to group rank `dst` (which calls recv with the same tag)."""
+        self._pair(self.rank(), dst, tensors[0], tag)
         return done(list(tensors))
 
     def recv(self, tensors: Sequence[torch.Tensor], src: int, tag: int) -> dist.Work:
-        """Receive tensors[0] from group rank `src` (which calls send)."""
-        self._pair(src, self.rank(), tensors[0])
+        """Receive tensors[0] from group rank `src` (which calls send with the same tag)."""
+        self._pair(src, self.rank(), tensors[0], tag)
         return done(list(tensors))

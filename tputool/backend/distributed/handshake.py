@@ -28,6 +28,8 @@ class Handshake:
         self.timeout = timeout
         self.name = name
         self.seq = 0
+        self.current = "collective"
+        """The last call `check` was given (named in a runtime failure's error)."""
         self.checks = os.environ.get(CHECKS_ENV, "1") != "0"
 
     def exchange(self, tag: str, value: str, what: str) -> list[str]:
@@ -58,9 +60,11 @@ class Handshake:
         split sizes) for the next sequence number; RuntimeError on a missing rank or a different call.
         Returns every rank's `extra` (empty when the checks are off, unless `need`)."""
         if not (self.checks or need):
+            self.current = call
             return []
         self.seq += 1
         seq = self.seq
+        self.current = f"collective #{seq} {call}"
         sigs = [v.split("\x00", 1) for v in self.exchange(f"c{seq}", f"{call}\x00{extra}", f"collective #{seq} {call}")]
         if seq > 1:  # every rank has read the previous keys once all have set these
             self.store.delete_key(f"c{seq - 1}/{self.rank}")

@@ -53,6 +53,17 @@ def _exit_if_failed() -> None:
         os._exit(1)
 
 
+def _exit_on_uncaught(previous):
+    """sys.excepthook: report the exception as before, then mark the process failed (an uncaught exception
+    ends this rank: its peers must not wait for it at JAX's shutdown barrier, nor it for them)."""
+
+    def hook(kind, value, tb) -> None:
+        previous(kind, value, tb)
+        mark_failed(f"uncaught {kind.__name__}")
+
+    return hook
+
+
 def is_initialized() -> bool:
     """True once jax.distributed.initialize has run in this process."""
     from jax._src import distributed as jd
@@ -142,6 +153,7 @@ def initialize(store: dist.Store | None, rank: int, world_size: int, timeout: ti
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # (CPU devices only; TPUs use ICI/DCN)
     atexit.register(_exit_if_failed)
+    sys.excepthook = _exit_on_uncaught(sys.excepthook)
     wait_s = max(1, int(timeout.total_seconds()))
     addr = _coordinator(store, rank, timeout)
     if addr == "auto":

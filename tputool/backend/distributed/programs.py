@@ -41,14 +41,24 @@ class Collective:
         self._fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(AXIS),) * len(shapes),
                                          out_specs=out_specs, check_vma=False))
 
-    def __call__(self, *blocks: jax.Array) -> list[jax.Array]:
-        """This process's results of the collective over its `blocks`."""
+    def launch(self, *blocks: jax.Array) -> list[jax.Array]:
+        """Dispatch the collective over this process's `blocks`: the global results, not waited for."""
         make = jax.make_array_from_single_device_arrays
-        outs = self._fn(*[make(g, self._sharding, [b]) for g, b in zip(self._global, blocks, strict=True)])
+        return self._fn(*[make(g, self._sharding, [b]) for g, b in zip(self._global, blocks, strict=True)])
+
+    @staticmethod
+    def local(outs: list[jax.Array]) -> list[jax.Array]:
+        """This process's blocks of the global results `outs`."""
+        return [o.addressable_shards[0].data for o in outs]
+
+    def __call__(self, *blocks: jax.Array) -> list[jax.Array]:
+        """This process's results of the collective over its `blocks`, waited for (see `faults.Guard.run` for
+        the wait a group uses: bounded, and a failure named)."""
+        outs = self.launch(*blocks)
         # Wait for it: the inputs' buffers are shared with arrays a Fused flush may donate (delete) next; an
         # asynchronous collective still reading them then fails ("deleted or donated buffer").
         jax.block_until_ready(outs)
-        return [o.addressable_shards[0].data for o in outs]
+        return self.local(outs)
 
 
 @functools.cache

@@ -1,0 +1,71 @@
+"""Heartbeats through the c10d store: which ranks of a group are still alive, once a collective has failed.
+
+Every process runs one daemon thread that adds 1 to `hb/<rank>` in the store of each of its groups every
+`INTERVAL` seconds. After a collective fails (a peer's connection reset, or no result within the timeout),
+`silent_ranks` reads the counters twice, `window` seconds apart: a rank whose counter did not move has
+stopped (died, or its process hangs with the interpreter held). Nothing is read on the collectives' path.
+The same thread is the watchdog of a call stuck in the runtime (`watching`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch.distributed as dist
+
+INTERVAL = 1.0
+"""Seconds between two heartbeats of a process."""
+
+WINDOW = 4.0
+"""Seconds `silent_ranks` watches the counters for (several intervals: a loaded host delays a beat)."""
+
+_KEY = "hb/{}"
+
+watching: tuple | None = None
+"""(deadline, on_stuck, *args) of the collective call in progress (set by `faults.Guard.run`); the beating
+thread calls on_stuck(*args) once time.monotonic() passes the deadline (the watchdog)."""
+_groups: list[tuple[dist.Store, int]] = []
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _beat() -> None:
+    while True:
+        w = watching
+        if w is not None and time.monotonic() > w[0]:
+            w[1](*w[2:])
+        with _lock:
+            groups = list(_groups)
+        for store, rank in groups:
+            try:
+                store.add(_KEY.format(rank), 1)
+            except Exception:  # noqa: BLE001 - the store's host is gone: stop beating into it
+                with _lock:
+                    if (store, rank) in _groups:
+                        _groups.remove((store, rank))
+        time.sleep(INTERVAL)
+
+
+def start(store: dist.Store, rank: int) -> None:
+    """Beat as `rank` into `store` (a group's store) from now on; the process's thread starts on first use."""
+    global _thread
+    store.add(_KEY.format(rank), 1)
+    with _lock:
+        _groups.append((store, rank))
+        if _thread is None:
+            _thread = threading.Thread(target=_beat, name="tputool-heartbeat", daemon=True)
+            _thread.start()
+
+
+def silent_ranks(store: dist.Store, size: int, window: float = WINDOW) -> list[int] | None:
+    """The ranks of a group (of `size` ranks, beating into `store`) whose heartbeat did not move in `window`
+    seconds; None when the store itself is unreachable (its host, rank 0 or torchrun's agent, is gone)."""
+    keys = [_KEY.format(r) for r in range(size)]
+    try:
+        before = [store.add(k, 0) for k in keys]
+        time.sleep(window)
+        after = [store.add(k, 0) for k in keys]
+    except Exception:  # noqa: BLE001 - DistNetworkError and the like
+        return None
+    return [r for r, (b, a) in enumerate(zip(before, after, strict=True)) if a == b]
