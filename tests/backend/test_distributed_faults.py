@@ -96,10 +96,12 @@ def test_ctrl_c_on_tputool_run_ends_every_rank(tmp_path: Path) -> None:
     assert "tputool run: interrupted (SIGINT)" in out and "SignalException" not in out, out[-3000:]
 
 
-@pytest.mark.parametrize("checks", ["1", "0"])
-def test_a_rank_killed_inside_collectives_is_named_and_the_survivor_exits(tmp_path: Path, checks: str) -> None:
-    """Rank 1 is killed while both all-reduce 16 MB in a loop (with and without the signature exchange)."""
-    procs = _ranks("loop", tmp_path, WORKER_NUMEL=str(4 << 20), TPUTOOL_DIST_CHECKS=checks)
+@pytest.mark.parametrize(("mode", "checks"), [("loop", "1"), ("loop", "0"), ("compiled", "0")])
+def test_a_rank_killed_inside_collectives_is_named_and_the_survivor_exits(tmp_path: Path, mode: str,
+                                                                           checks: str) -> None:
+    """Rank 1 is killed while both all-reduce 16 MB in a loop (with and without the signature exchange; eager,
+    or inside a compiled graph run as one program over the group)."""
+    procs = _ranks(mode, tmp_path, WORKER_NUMEL=str(4 << 20), TPUTOOL_DIST_CHECKS=checks)
     try:
         _pids(tmp_path, (0, 1))
         time.sleep(1)

@@ -1,6 +1,7 @@
 """Running a group's collective program with a bounded wait, a runtime failure named by the ranks that stopped.
 
-`Guard.run(prog, *blocks)` dispatches the program and waits for its results at most the group's timeout (it
+`Guard.run(prog, *blocks)` (and `Guard.settle`, which a compiled graph's one program over the group runs
+through) dispatches the program and waits for its results at most the group's timeout (it
 polls, so that a peer that never joins cannot hold the process forever). Where the dispatch itself blocks
 (XLA:CPU may run a program in the calling thread), the heartbeat thread is the watchdog: past the timeout it
 prints the error and ends the process. A failure inside the runtime (gloo's
@@ -14,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import torch.distributed as dist
@@ -62,17 +64,25 @@ class Guard:
         """This process's results of `prog` over `blocks`; DistBackendError naming the stopped ranks (of
         `ranks`, default all) when the runtime fails or no result comes within the timeout. `what`: the call
         named in the error (default: the group's last signature exchanged, `Handshake.current`)."""
+        return prog.local(self.settle(prog.launch, blocks, what, ranks))
+
+    def settle(self, launch: Callable[..., Sequence[Any]], args: Sequence[Any], what: str | None = None,
+               ranks: Sequence[int] | None = None) -> Sequence[Any]:
+        """`launch(*args)`'s outputs once its arrays are ready, bounded and named as `run` says (a compiled
+        graph's program over the group runs through here too)."""
         liveness.watching = (time.monotonic() + self._timeout_s + _GRACE_S, self._stuck, what, ranks)
         try:
-            outs = prog.launch(*blocks)
-            _wait(outs, self._timeout_s)
+            outs = launch(*args)
+            arrays = [o for o in outs if isinstance(o, jax.Array)]
+            if arrays:
+                _wait(arrays, self._timeout_s)
         except _TimedOut:
             raise self._fault(what, f"no result within the timeout ({self._timeout_s:g}s)", ranks) from None
         except jax.errors.JaxRuntimeError as e:
             raise self._fault(what, f"failed in the runtime: {str(e).strip()}", ranks) from e
         finally:
             liveness.watching = None
-        return prog.local(outs)
+        return outs
 
     def _fault(self, what: str | None, how: str, ranks: Sequence[int] | None) -> dist.DistBackendError:
         msg = self._describe(what, how, ranks)

@@ -80,6 +80,11 @@ class TpuProcessGroup(NamedProcessGroup):
         self._p2p: dict[int, int] = {}
         liveness.start(store, rank)
 
+    @property
+    def guard(self) -> Guard:
+        """Runs this group's programs with a bounded wait and names the ranks that stopped (`faults.Guard`)."""
+        return self._guard
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's API name
         """The registered backend name this group was created under."""
         return self._name

@@ -195,7 +195,7 @@ def spmd_for(gm: fx.GraphModule) -> Spmd | None:
     ops = ",".join(n.target._schema.name.split("::")[1] for n in gm.graph.nodes if is_multi_rank(n))
     call = f"compiled graph [{ops}]"
     splits = _split_matrices(gm, group, call) if _all_to_alls(gm) else []
-    return Spmd(group.devices, name, group.check, call, group.rank(), splits)
+    return Spmd(group.devices, name, group.check, call, group.rank(), splits, group.guard)
 
 
 class Spmd:
@@ -208,7 +208,7 @@ class Spmd:
     splits give each rank inputs and outputs of its own shapes: only their dtypes and ranks are compared then)."""
 
     def __init__(self, devices: Sequence[jax.Device], group_name: str, check: Callable[[str], Any],
-                 call: str, rank: int, splits: Sequence[Splits] = ()) -> None:
+                 call: str, rank: int, splits: Sequence[Splits] = (), guard: Any = None) -> None:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -223,6 +223,7 @@ class Spmd:
         self._sharding = NamedSharding(self.mesh, self._spec)
         self._device = devices[rank]
         self._check = check
+        self._guard = guard
         self._call = call + "".join(f" splits{list(map(list, m))}" for m in self.splits)
         self._same_shapes = not any(map(is_uneven, self.splits))
         self._kept = sum(map(is_uneven, self.splits))
@@ -260,6 +261,13 @@ class Spmd:
             return tuple(static[i] if i in static else next(it) for i in range(outs)) + tuple(it)
 
         return run
+
+    def run(self, fn: Callable[..., tuple], rng_key: Any, inputs: Sequence[Any]) -> tuple:
+        """`fn(rng_key, *inputs)` (the wrapped, jitted graph) once its results are ready: a rank that stops
+        or diverges is named within the group's timeout, as for the group's own collectives (`guard`)."""
+        if self._guard is None:
+            return fn(rng_key, *inputs)
+        return self._guard.settle(fn, (rng_key, *inputs), self._call)
 
     def to_global(self, rng_key: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
         """Global arrays of this process's key words (or None) and `inputs` (non-array inputs pass), once every

@@ -258,11 +258,13 @@ class JaxGraph:
             self.signatures[sig] = sig
         if donate and self._donating is not None:
             self.donated_calls += 1
-            outs = self._donating(rng_key, *inputs)
+            fn = self._donating
         else:
-            outs = self._jitted(rng_key, *inputs)
-        if spmd is not None:
-            outs = spmd.to_local(outs)
+            fn = self._jitted
+        if spmd is None:
+            outs = fn(rng_key, *inputs)
+        else:
+            outs = spmd.to_local(spmd.run(fn, rng_key, inputs))
         if self._has_static_out:
             for i, v in self._static_out[sig].items():
                 outs = outs[:i] + (v,) + outs[i + 1 :]
