@@ -34,8 +34,6 @@ SLICE_SAMPLES, SWEEP_SAMPLES = 2, 1
 KNOWN_DISAGREEMENTS = {
     "index_put": "compiled raises Unsupported for a boolean-mask index (data-dependent positions) where eager "
                  "runs it through the CPU fallback",
-    "nn.functional.scaled_dot_product_attention": "compiled: after the graph break at the OpInfo wrapper's RNG "
-              "save, an eager op receives a JAX tracer leaked from the compiled graph (it raises; never a wrong value)",
 }
 """Slice ops whose executors disagree today, each with what happens. The test asserts they still disagree, so
 fixing one fails the test until its entry is removed here."""
