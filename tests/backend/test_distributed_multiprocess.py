@@ -80,7 +80,9 @@ def test_early_tpu_op_then_a_dead_rank_and_different_calls_named_within_the_time
         assert re.search(rf"RANK {r} MISMATCH: .*collective #1 differs across ranks: rank {r} called "
                          rf"all_reduce\(SUM\) float32\[{4 + r}\] but rank {other} called "
                          rf"all_reduce\(SUM\) float32\[{4 + other}\]", out), out[-4000:]
-    m = re.search(r"RANK 0 DEAD after ([\d.]+)s: .*rank\(s\) 1 of 2 did not join within the timeout \(10s\)", out)
+    # (rank 1's process ended: its heartbeat stopped, so rank 0 names it before the 10 s timeout)
+    m = re.search(r"RANK 0 DEAD after ([\d.]+)s: .*rank\(s\) 1 of 2 stopped \(no heartbeat for 4s\) before joining",
+                  out)
     assert m, out[-4000:]
-    assert float(m.group(1)) < 15
+    assert float(m.group(1)) < 10
     assert wall < 150, f"the job took {wall:.0f}s to end after a rank died"

@@ -2,20 +2,30 @@
 
 Before every collective the ranks exchange its signature (sequence number, collective, shapes, dtypes, op):
 a rank that does not arrive within the group's timeout is named in a RuntimeError (never a hang), and
-different calls on two ranks are named side by side. TPUTOOL_DIST_CHECKS=0 skips the exchange (collectives
+different calls on two ranks are named side by side. A rank whose process stopped is named sooner: past the first
+second of waiting, the missing ranks' heartbeats (`liveness`) are read every `liveness.WINDOW` seconds, and one
+that did not move fails the exchange at once (a rank that is alive but late, compiling say, is waited for). TPUTOOL_DIST_CHECKS=0 skips the exchange (collectives
 still run; a missing rank then surfaces only as the runtime's own error or timeout).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
-from tputool.backend.distributed import jax_runtime
+from tputool.backend.distributed import jax_runtime, liveness
 
 CHECKS_ENV = "TPUTOOL_DIST_CHECKS"
+
+_FIRST_WAIT_S = 1.0
+"""How long an exchange waits before it starts reading the missing ranks' heartbeats (the common case, every
+rank arriving within a second, reads nothing more)."""
+
+_POLL_S = 0.05
+"""Seconds between two looks at the store while a rank is late."""
 
 
 class Handshake:
@@ -36,15 +46,51 @@ class Handshake:
         """Every rank's `value` for `tag`, in rank order; RuntimeError naming the ranks missing at the timeout."""
         keys = [f"{tag}/{r}" for r in range(self.size)]
         self.store.set(keys[self.rank], value)
+        deadline = time.monotonic() + self.timeout.total_seconds()
         try:
-            self.store.wait(keys, self.timeout)
+            self.store.wait(keys, timedelta(seconds=min(_FIRST_WAIT_S, self.timeout.total_seconds())))
         except Exception as e:  # noqa: BLE001 - DistStoreError, or the store itself gone with its host
-            err = self._missing(keys, what, e)
-            jax_runtime.mark_failed(str(err))
-            raise err from None
+            self._wait_watching(keys, what, deadline, e)
         return [v.decode() for v in self.store.multi_get(keys)]
 
-    def _missing(self, keys: list[str], what: str, cause: Exception) -> RuntimeError:
+    def _wait_watching(self, keys: list[str], what: str, deadline: float, cause: Exception) -> None:
+        """Poll for `keys` until `deadline`, reading the missing ranks' heartbeats every `liveness.WINDOW`
+        seconds; RuntimeError (the process marked failed) at the deadline or once a missing rank stopped.
+        (Polling `check`: a timed-out `wait` makes torch's store print warnings.)"""
+        beats = None
+        while True:
+            stopped, beats = self._stopped(keys, beats)
+            if stopped or beats is None or time.monotonic() >= deadline:
+                err = self._missing(keys, what, cause, stopped)
+                jax_runtime.mark_failed(str(err))
+                raise err from None
+            end = min(deadline, time.monotonic() + liveness.WINDOW)
+            while time.monotonic() < end:
+                try:
+                    if self.store.check(keys):
+                        return
+                except Exception as e:  # noqa: BLE001 - the store's host is gone
+                    cause = e
+                    break
+                time.sleep(_POLL_S)
+
+    def _stopped(self, keys: list[str], beats: dict[int, int] | None) -> tuple[list[int], dict[int, int] | None]:
+        """The missing ranks whose heartbeat did not move since `beats` (the last reading), and this reading
+        (None when the store cannot be read: the error then says so)."""
+        try:
+            missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
+            now = {r: self.store.add(liveness.KEY.format(r), 0) for r in missing}
+        except Exception:  # noqa: BLE001 - the store's host is gone
+            return [], None
+        if beats is None:
+            return [], now
+        return [r for r, n in now.items() if n and n == beats.get(r)], now
+
+    def _missing(self, keys: list[str], what: str, cause: Exception, stopped: list[int]) -> RuntimeError:
+        if stopped:
+            return RuntimeError(f"{self.name}: {what}: rank(s) {', '.join(map(str, stopped))} of {self.size} "
+                                f"stopped (no heartbeat for {liveness.WINDOW:g}s) before joining (rank "
+                                f"{self.rank} waited)")
         try:
             gone = [r for r, k in enumerate(keys) if not self.store.check([k])]
         except Exception:  # noqa: BLE001 - the store's host (rank 0 of the job) is gone

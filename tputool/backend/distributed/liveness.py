@@ -3,7 +3,8 @@
 Every process runs one daemon thread that adds 1 to `hb/<rank>` in the store of each of its groups every
 `INTERVAL` seconds. After a collective fails (a peer's connection reset, or no result within the timeout),
 `silent_ranks` reads the counters twice, `window` seconds apart: a rank whose counter did not move has
-stopped (died, or its process hangs with the interpreter held). Nothing is read on the collectives' path.
+stopped (died, or its process hangs with the interpreter held). A signature exchange that waits past its
+first second reads them too (`handshake`); a collective that completes reads nothing.
 The same thread is the watchdog of a call stuck in the runtime (`watching`).
 """
 
@@ -20,7 +21,8 @@ INTERVAL = 1.0
 WINDOW = 4.0
 """Seconds `silent_ranks` watches the counters for (several intervals: a loaded host delays a beat)."""
 
-_KEY = "hb/{}"
+KEY = "hb/{}"
+"""The store key of a rank's heartbeat counter."""
 
 watching: tuple | None = None
 """(deadline, on_stuck, *args) of the collective call in progress (set by `faults.Guard.run`); the beating
@@ -39,7 +41,7 @@ def _beat() -> None:
             groups = list(_groups)
         for store, rank in groups:
             try:
-                store.add(_KEY.format(rank), 1)
+                store.add(KEY.format(rank), 1)
             except Exception:  # noqa: BLE001 - the store's host is gone: stop beating into it
                 with _lock:
                     if (store, rank) in _groups:
@@ -50,7 +52,7 @@ def _beat() -> None:
 def start(store: dist.Store, rank: int) -> None:
     """Beat as `rank` into `store` (a group's store) from now on; the process's thread starts on first use."""
     global _thread
-    store.add(_KEY.format(rank), 1)
+    store.add(KEY.format(rank), 1)
     with _lock:
         _groups.append((store, rank))
         if _thread is None:
@@ -61,7 +63,7 @@ def start(store: dist.Store, rank: int) -> None:
 def silent_ranks(store: dist.Store, size: int, window: float = WINDOW) -> list[int] | None:
     """The ranks of a group (of `size` ranks, beating into `store`) whose heartbeat did not move in `window`
     seconds; None when the store itself is unreachable (its host, rank 0 or torchrun's agent, is gone)."""
-    keys = [_KEY.format(r) for r in range(size)]
+    keys = [KEY.format(r) for r in range(size)]
     try:
         before = [store.add(k, 0) for k in keys]
         time.sleep(window)
