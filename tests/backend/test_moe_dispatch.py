@@ -8,7 +8,6 @@ import torch
 
 import tputool.backend  # noqa: F401 - registers the device
 from tputool.backend import runtime
-from tputool.models import moe
 from tputool.models.moe import DISPATCHES, MoEConfig, MoEFeedForward, build, example_batch
 from tputool.models.spec import classification_loss
 
@@ -70,15 +69,8 @@ def test_model_loss_and_grads_under_torch_compile(tpu_device, dispatch):
     _close(run("tpu", True), run("cpu", False))
 
 
-def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, monkeypatch):
-    calls = []
-    real = moe.moe_experts
-
-    def counted(*args, impl):
-        calls.append(impl)
-        return real(*args, impl=impl)
-
-    monkeypatch.setattr(moe, "moe_experts", counted)
+def test_runtime_choice_reaches_a_layer_without_its_own(tpu_device, moe_expert_calls):
+    calls = moe_expert_calls
     layer, x = _layer(), _x()
     want = _step(_layer("dense"), x, "cpu")
     _close(_step(layer, x, "tpu"), want)

@@ -85,17 +85,10 @@ def test_config_round_trip_sets_the_runtime_dispatch(tmp_path):
     assert runtime.STATE.moe_dispatch is None
 
 
-def test_a_config_selecting_gmm_makes_the_model_use_it(tmp_path, monkeypatch):
+def test_a_config_selecting_gmm_makes_the_model_use_it(tmp_path, moe_expert_calls):
     import yaml
 
-    calls = []
-    real = moe.moe_experts
-
-    def counted(*args, impl):
-        calls.append(impl)
-        return real(*args, impl=impl)
-
-    monkeypatch.setattr(moe, "moe_experts", counted)
+    calls = moe_expert_calls
     torch.manual_seed(0)
     model = moe.build(moe.MoEConfig(**TINY))
     x, _ = moe.example_batch(moe.MoEConfig(**TINY), 2)
