@@ -4,14 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tputool-installed
 
-.PHONY: install demo test test-all lint
+.PHONY: install demo test test-all lint docs
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs]'
 	touch $(STAMP)
 
 # Port the bundled CUDA sample repo (diff + report), then run the ported copy for one epoch on the tpu device.
@@ -31,3 +31,7 @@ test-all: install
 
 lint: install
 	$(VENV)/bin/ruff check tputool tests benchmarks
+
+# The documentation site (docs/, mkdocs.yml) into build/site; --strict: a broken link or a missing page fails.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
