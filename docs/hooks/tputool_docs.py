@@ -175,10 +175,12 @@ def rule_table_markdown() -> str:
 
 def rules_nav() -> list[Any]:
     """The "Rules" nav section: the index page, then one group per code range."""
+    from tputool.rules.catalogue import listed_rules
+
     nav: list[Any] = [f"{RULES_DIR}/index.md"]
-    pages = rule_pages()
+    pages, rules = rule_pages(), listed_rules()
     for prefix, (theme, _) in RANGES.items():
-        group = [{code: path} for code, path in pages.items() if code.startswith(prefix)]
+        group = [{f"{code} {rules[code][0].name}": path} for code, path in pages.items() if code.startswith(prefix)]
         if group:
             nav.append({f"{prefix}xx {theme}": group})
     missing = [c for c in pages if not any(c.startswith(p) for p in RANGES)]
