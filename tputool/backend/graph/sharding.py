@@ -25,9 +25,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tputool.errors import UserError
 from tputool.mesh import AXES as AXES  # the sharding API's mesh axis names
-from tputool.mesh import axis_mesh as topology_aware_mesh  # noqa: F401 - the sharding API's public name (README)
+from tputool.mesh import axis_mesh as topology_aware_mesh  # noqa: F401 - the sharding API's public name (docs/graph-mode.md)
 from tputool.partition import BATCH_AXES, Rule, Spec, spec_for
-from tputool.partition import FSDP_RULES as FSDP_RULES  # the sharding API's rule tables (README), re-exported
+from tputool.partition import FSDP_RULES as FSDP_RULES  # re-exported rule tables (docs/graph-mode.md)
 from tputool.partition import LLAMA_TP_RULES as LLAMA_TP_RULES
 from tputool.partition import REPLICATED_RULES as REPLICATED_RULES
 
