@@ -33,16 +33,17 @@ def esc(x: object) -> str:
 
 def table(headers: list[str], rows: Iterable[list[object]], *, numeric: Iterable[int] = (),
           marked: Iterable[int] = (), name: str = "") -> str:
-    """An HTML table; cells are escaped; columns in `numeric` align right; rows in `marked` are highlighted."""
+    """An HTML table (no header row when every header is empty); cells are escaped; columns in `numeric` align right; rows in `marked` are highlighted."""
     num, mark = set(numeric), set(marked)
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers) if any(headers) else ""
     body = []
     for i, row in enumerate(rows):
         cells = "".join(f'<td class="num">{esc(c)}</td>' if j in num else f"<td>{esc(c)}</td>"
                         for j, c in enumerate(row))
         body.append(f'<tr class="mark">{cells}</tr>' if i in mark else f"<tr>{cells}</tr>")
     attr = f' id="table-{esc(name)}"' if name else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table{attr}>{thead}<tbody>{''.join(body)}</tbody></table>"
 
 
 def figure(name: str, svg: str, caption: str) -> str:
