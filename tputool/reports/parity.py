@@ -101,8 +101,8 @@ def _records_plot(doc: dict, first: dict | None) -> str:
             ax.set_xlim(-0.5, max(len(order), 1) - 0.5)
             ax.set_ylabel("error / tolerance")
             ax.set_title(title, loc="left")
-            if rows:
-                ax.legend(loc="upper left", fontsize=7, ncols=min(len(steps), 6), frameon=False)
+        fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside upper right", fontsize=8, frameon=False,
+                   ncols=min(len(steps), 8))
         return plots.to_svg(fig, "records")
 
 
@@ -124,7 +124,7 @@ def _steps_plot(maxima: list[tuple[int, float | None, float | None]]) -> str:
         ax.set_xticks(xs, [f"step {m[0]}" for m in maxima])
         ax.set_ylabel("largest error / tolerance")
         ax.set_title("The largest error against its tolerance, per step", loc="left")
-        ax.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)
+        fig.legend(loc="outside upper right", fontsize=8, frameon=False, ncols=3)
         return plots.to_svg(fig, "steps")
 
 
