@@ -76,12 +76,26 @@ def _throughput_plot(result: TuneResult, rows: list[Row]) -> str:
         return plots.to_svg(fig, "throughput")
 
 
+def _xla_bytes(r: Row) -> float | None:
+    """What XLA's memory analysis gave for the candidate's compiled step (a TPU compile, or the measured run)."""
+    if r.compiled_memory is not None:
+        return r.compiled_memory
+    return r.measurement.temp_bytes + r.measurement.argument_bytes if r.measurement else None
+
+
+def _largest(rows: list[Row]) -> float:
+    return max([r.estimate.memory.total for r in rows] + [_xla_bytes(r) or 0 for r in rows])
+
+
+def _cap_shown(result: TuneResult, rows: list[Row]) -> bool:
+    return _largest(rows) >= CAP_SHOWN * result.hardware.hbm_bytes
+
+
 def _memory_plot(result: TuneResult, rows: list[Row]) -> str:
     cap = result.hardware.hbm_bytes
-    xla = [(r.compiled_memory if r.compiled_memory is not None else
-            (r.measurement.temp_bytes + r.measurement.argument_bytes if r.measurement else None)) for r in rows]
-    largest = max([r.estimate.memory.total for r in rows] + [b or 0 for b in xla])
-    show_cap = largest >= CAP_SHOWN * cap
+    xla = [_xla_bytes(r) for r in rows]
+    largest = _largest(rows)
+    show_cap = _cap_shown(result, rows)
     unit, size = _unit(max(largest, cap) if show_cap else largest)
     with plots.style():
         fig, ax = plots.new_figure(9.5, 0.42 * len(rows) + 1.4)
@@ -99,13 +113,13 @@ def _memory_plot(result: TuneResult, rows: list[Row]) -> str:
         if points:
             ax.plot([b for _, b in points], [y for y, _ in points], linestyle="none", marker="D", markersize=5,
                     color="black", label="compiled (XLA)", gid="xla-memory")
-        title = f"Predicted memory per device against the {_memory_name(result)}"
+        title = f"Predicted memory per device, against the {_memory_name(result)}"
         if show_cap:
             ax.axvline(cap / size, color=plots.COLORS["red"], linestyle="--", linewidth=1.2)
             ax.text(cap / size, len(rows) - 0.4, f" {_memory_name(result)}: {plots.short(cap / size, unit)}",
                     color=plots.COLORS["red"], fontsize=8, va="bottom")
         else:
-            title += f" ({plots.short(cap / GIB, 'GiB')}: off the scale, the largest uses {largest / cap:.2%})"
+            title += f"\n({plots.short(cap / GIB, 'GiB')}: off the scale, the largest uses {largest / cap:.2%} of it)"
         ax.set_yticks(ys, [_label(result, r) for r in rows], fontsize=8)
         ax.set_xlim(0, max([*left, *(b for _, b in points), cap / size if show_cap else 0]) * 1.1)
         ax.set_ylim(-0.7, len(rows) + 0.3)
@@ -135,13 +149,13 @@ def render(result: TuneResult, limit: int = 15) -> str:
                if result.mode == "measured" and result.hardware.kind != "tpu" else ""))))
     mem_rows = rows + misfits(result)
     if mem_rows:
-        compiled = any(r.compiled_memory is not None or r.measurement is not None for r in mem_rows)
+        compiled = any(_xla_bytes(r) for r in mem_rows)
         parts.append(html.section("Memory per device", html.figure(
             "memory", _memory_plot(result, mem_rows),
             "Predicted bytes per device at the step's peak, by part"
             + ("; diamonds: what XLA's memory analysis gave for the compiled step" if compiled else "")
-            + f"; the dashed line is the {_memory_name(result)}. Candidates predicted not to fit come after "
-            "the others.")))
+            + (f"; the dashed line is the {_memory_name(result)}" if _cap_shown(result, mem_rows) else "")
+            + ". Candidates predicted not to fit come after the others.")))
     table_rows = [[i, _label(result, r), plots.short(r.estimate.tokens_per_s), plots.short(r.measured_tokens_per_s),
                    f"{r.estimate.step_s * 1e3:.2f}", f"{r.measurement.step_s * 1e3:.1f}" if r.measurement else "-",
                    plots.short(r.estimate.memory.total / GIB), r.status, r.reason]
