@@ -18,7 +18,7 @@ def diagnose(
     fail_on: FailOn = typer.Option(FailOn.warning, "--fail-on", case_sensitive=False,
                                    help="Exit 1 on runtime findings of this severity or worse: info, warning, error."),
     html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
-                                        "page with plots (needs `pip install 'tputool[report]'`)."),
+                                        "page with plots (needs matplotlib: the report extra)."),
 ) -> None:
     from tputool.diagnose import diagnose as run_diagnose
     from tputool.diagnose.exits import exit_status

@@ -33,7 +33,7 @@ def parity(
     timeout: float = typer.Option(600.0, "--timeout", help="Stop each run after this many seconds."),
     fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.parity/1)."),
     html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
-                                        "page with plots (needs `pip install 'tputool[report]'`)."),
+                                        "page with plots (needs matplotlib: the report extra)."),
 ) -> None:
     from tputool.parity import parity as run_parity
     from tputool.parity import record_reference

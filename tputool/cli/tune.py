@@ -33,7 +33,7 @@ def tune_cmd(
     config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
     limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
     html_out: str = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page "
-                                 "with plots (needs `pip install 'tputool[report]'`)."),
+                                 "with plots (needs matplotlib: the report extra)."),
 ) -> None:
     """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
     from tputool.profile.devices import host_only_jax, use_cpu_devices
