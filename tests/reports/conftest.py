@@ -54,11 +54,14 @@ def table_rows(page: str, name: str) -> list[list[str]]:
 
 
 def assert_self_contained(page: str) -> None:
-    """No scripts, and nothing loaded from anywhere: no src/href to a URL, no url(http...), no @import."""
+    """No scripts, and nothing loaded from anywhere: no src/href to a URL, no url(http...), no @import; the only
+    URLs are the SVG namespace names."""
     assert "<script" not in page.lower()
     assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
     assert not re.search(r"url\(\s*['\"]?\s*(?:https?:)?//", page, re.I)
     assert "@import" not in page and "<link" not in page.lower()
+    urls = set(re.findall(r"https?://[^\s\"'<>)]*", page))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls  # SVG namespaces only
 
 
 def tputool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

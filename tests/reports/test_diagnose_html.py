@@ -83,6 +83,14 @@ def test_static_only_report_has_no_time_plots():
     assert plots_of(page) == {} and "static analysis only" in page
 
 
+def test_a_failed_run_shows_its_traceback():
+    doc = {**DOC, "status": "error", "step_s": None, "error": {"type": "ValueError", "message": "bad shape",
+           "traceback": [{"file": "train.py", "line": 40, "function": "<module>", "text": "model(x)"}]}}
+    page = report.render(doc)
+    assert table_rows(page, "traceback") == [["train.py:40", "<module>", "model(x)"]]
+    assert "ValueError: bad shape" in page and "no steady-state step time" in page
+
+
 def test_diagnose_html_end_to_end(tmp_path):
     out = tmp_path / "diagnose.html"
     r = tputool("diagnose", str(SCRIPTS / "slow_steps.py"), "--format", "json", "--html", str(out))

@@ -98,7 +98,7 @@ def _step_section(doc: dict) -> str:
     unit = "call" if doc.get("loop") == "calls" else "step"
     if not parts:
         why = ("static analysis only: the script was not run" if doc.get("status") == "static"
-               else f"the run has no steady-state {unit} time (fewer than two {unit}s)")
+               else f"the run has no steady-state {unit} time (it takes two timed {unit}s or more)")
         return html.section(f"Where a {unit}'s time goes", html.para(why))
     step_ms = 1000 * doc["step_s"]
     over = sum(ms or 0.0 for _, ms, _ in parts[1:]) - step_ms
@@ -181,5 +181,11 @@ def render(doc: dict) -> str:
         tail = html.section("Static findings", html.table(
             ["code", "where", "message", "fix"], [[f["code"], _where(f), f["message"], f["fix"]] for f in static],
             name="static"))
+    err = doc.get("error") or {}
+    if err.get("traceback"):
+        tail += html.section("Traceback (your frames only)", html.table(
+            ["where", "function", "line"], [[f"{fr['file']}:{fr['line']}", fr["function"], fr.get("text") or ""]
+                                            for fr in err["traceback"]], name="traceback"),
+            html.para(f"{err.get('type')}: {err.get('message')}"))
     return html.page(f"tputool diagnose: {doc['script']}", html.para(doc["verdict"], "verdict"),
                      html.para(facts, "facts"), _step_section(doc), _run_section(doc), _findings_section(doc), tail)

@@ -13,6 +13,7 @@ STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes
          "axes.titlesize": 10, "axes.titleweight": "bold", "svg.hashsalt": "tputool"}
 
 _ID = re.compile(r'\bid="([^"]+)"')
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 
 
 def style() -> Any:
@@ -39,7 +40,7 @@ def to_svg(fig: Any, name: str) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]
+    svg = _METADATA.sub("", svg[svg.index("<svg"):])  # the RDF block names URLs a page need not carry
     for old in sorted(set(_ID.findall(svg)), key=len, reverse=True):
         new = f"{name}-{old}"
         svg = svg.replace(f'id="{old}"', f'id="{new}"').replace(f"#{old})", f"#{new})") \
