@@ -17,6 +17,8 @@ def diagnose(
     fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.diagnose/1)."),
     fail_on: FailOn = typer.Option(FailOn.warning, "--fail-on", case_sensitive=False,
                                    help="Exit 1 on runtime findings of this severity or worse: info, warning, error."),
+    html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
+                                        "page with plots (needs matplotlib: the report extra)."),
 ) -> None:
     from tputool.diagnose import diagnose as run_diagnose
     from tputool.diagnose.exits import exit_status
@@ -24,6 +26,10 @@ def diagnose(
     from tputool.rules.model import Severity
 
     threshold = {str(s): s for s in Severity}[fail_on.value]
+    if html_out is not None:
+        from tputool.reports import prepare
+
+        html_out = prepare(html_out)
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]
@@ -35,6 +41,14 @@ def diagnose(
         from rich.console import Console
 
         render_text(report, Console(highlight=False, soft_wrap=True))
+    if html_out is not None:
+        import json
+
+        from tputool.reports import diagnose as html_report
+        from tputool.reports import write
+
+        write(html_out, html_report.render(json.loads(to_json(report))))
+        typer.echo(f"wrote {html_out}", err=True)
     status = exit_status(report, threshold)
     if status:
         raise typer.Exit(status)

@@ -32,6 +32,8 @@ def parity(
     device: str | None = typer.Option(None, "--device", help="With `record`: the reference device (cpu, cuda)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Stop each run after this many seconds."),
     fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.parity/1)."),
+    html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
+                                        "page with plots (needs matplotlib: the report extra)."),
 ) -> None:
     from tputool.parity import parity as run_parity
     from tputool.parity import record_reference
@@ -41,6 +43,8 @@ def parity(
     if args and args[0] == "--":
         args = args[1:]
     if script == "record":
+        if html_out is not None:
+            raise UserError("--html goes with a comparison, not with `tputool parity record`")
         if not args:
             raise UserError("parity record needs a SCRIPT")
         if out is None:
@@ -65,12 +69,24 @@ def parity(
         return
     if out is not None or device is not None:
         raise UserError("--out and --device go with `tputool parity record`")
+    if html_out is not None:
+        from tputool.reports import prepare
+
+        html_out = prepare(html_out)
     report = run_parity(script, args, reference=reference, steps=steps, timeout_s=timeout, fp32=fp32, slack=slack,
                         quiet=fmt == "json")
     if fmt == "json":
         typer.echo(to_json(report))
     else:
         render_text(report, typer.echo)
+    if html_out is not None:
+        import json
+
+        from tputool.reports import parity as html_report
+        from tputool.reports import write
+
+        write(html_out, html_report.render(json.loads(to_json(report))))
+        typer.echo(f"wrote {html_out}", err=True)
     status = exit_status(report)
     if status:
         raise typer.Exit(status)

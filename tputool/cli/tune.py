@@ -32,10 +32,20 @@ def tune_cmd(
                                   "directory of a real run, write them to --out, and report."),
     config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
     limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
+    html_out: str = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page "
+                                 "with plots (needs matplotlib: the report extra)."),
 ) -> None:
     """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
     from tputool.profile.devices import host_only_jax, use_cpu_devices
     from tputool.tune.cli_args import build_space, parse_overrides
+
+    if html_out is not None:
+        from tputool.errors import UserError
+        from tputool.reports import prepare
+
+        if calibrate is not None:
+            raise UserError("--html goes with a search, not with --calibrate")
+        html_out = prepare(html_out)
 
     if calibrate is not None:
         from tputool.tune.trace_calibrate import calibrate_cmd
@@ -65,6 +75,11 @@ def tune_cmd(
                             hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress,
                             calibration=calibration)
     print_result(result, console, limit)
+    if html_out is not None:
+        from tputool.reports import tune as html_report
+        from tputool.reports import write
+
+        console.print(f"wrote {write(html_out, html_report.render(result, limit))}")
     if result.winner is None:
         from tputool.errors import UserError
 

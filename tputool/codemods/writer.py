@@ -44,12 +44,19 @@ def _unlink(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Replace the file at `path` (following symlinks) with `data`, keeping its permission bits.
+    """Replace the file at `path` (following symlinks) with `data`, keeping its permission bits (a new file
+    gets the default ones: 0o666 less the umask).
 
     Either the old or the new content is on disk at any moment; on failure the temp file is removed.
     """
     target = os.path.realpath(path)
-    tmp = _temp_copy(target, data, stat.S_IMODE(os.stat(target).st_mode))
+    if os.path.exists(target):
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    tmp = _temp_copy(target, data, mode)
     try:
         os.replace(tmp, target)
     except BaseException:

@@ -15,7 +15,7 @@ def _row(e: dict, d: dict) -> dict:
     return {"key": e["key"], "kind": e["kind"], "name": e["name"], "cls": e["cls"], "step": e["step"],
             "call": e["call"], "file": e["file"], "line": e["line"], "dtype": e["dtype"],
             "max_abs": d.get("max_abs"), "max_rel": d.get("max_rel"), "ulps": d.get("ulps"),
-            "beyond": d.get("beyond", False), "explained": d.get("explained"),
+            "ratio": d.get("ratio"), "beyond": d.get("beyond", False), "explained": d.get("explained"),
             "needed": need or None}
 
 
@@ -84,7 +84,7 @@ def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
         findings.append({"kind": "departure", "file": where[0], "line": where[1], "key": e["key"],
                          "module": e["name"], "cls": e["cls"], "step": e["step"], "record": e["kind"],
                          "module_file": e["file"], "module_line": e["line"], "dtype": e["dtype"],
-                         "ref_dtype": r["dtype"], **{k: d.get(k) for k in ("max_abs", "max_rel", "ulps",
+                         "ref_dtype": r["dtype"], **{k: d.get(k) for k in ("max_abs", "max_rel", "ulps", "ratio",
                                                                           "explained", "needed")},
                          "message": _message(e, d), "causes": causes, "op": op,
                          "replays": [{k: rp[k] for k in ("key", "name", "cls", "ops", "ref_ops")}

@@ -7,6 +7,10 @@ atol scaled by the reference's RMS when that is above 1. An element departs when
 computed in a lower dtype than the reference (bf16 autocast vs float32) is therefore not explained: that is a
 cause to name, not a tolerance to widen.
 
+`ratio` is the error against that allowance: the largest |x - ref| / (atol + rtol * |ref|) over the elements,
+so a tensor departs when it is above 1 (a NaN where the reference has none, or an error where the allowance is
+0, is infinite). The HTML report plots it.
+
 `needed` is what TorchTPU's helper reports: the smallest atol that makes assert_close pass at the dtype's
 default rtol, and the smallest rtol that does at the dtype's default atol.
 """
@@ -62,7 +66,8 @@ def _stats_diff(tpu: dict, ref: dict, step: int, slack: float) -> dict:
         errs.append(abs(a - b) / max(abs(b), 1e-30))
     rel = max(errs)
     f = slack * (1 + step)
-    return {"max_abs": None, "max_rel": rel, "ulps": None, "beyond": rel > f * max(rtol, 1e-12) * 10,
+    allowed = f * max(rtol, 1e-12) * 10
+    return {"max_abs": None, "max_rel": rel, "ulps": None, "beyond": rel > allowed, "ratio": rel / allowed,
             "explained": {"rtol": f * rtol, "atol": f * atol}, "needed": None, "stats_only": True}
 
 
@@ -91,7 +96,10 @@ def diff(tpu: dict, ref: dict, step: int = 0, slack: float = DEFAULT_SLACK) -> d
     f = slack * (1 + step)
     rms = float(b64.pow(2).mean().sqrt()) if b64.numel() else 0.0
     e_rtol, e_atol = f * rtol, f * atol * max(1.0, rms if math.isfinite(rms) else 1.0)
-    beyond = nan_mismatch or bool((d > e_atol + e_rtol * mag).any())
+    allowed = e_atol + e_rtol * mag
+    beyond = nan_mismatch or bool((d > allowed).any())
+    over_allowed = torch.where(d > 0, d / allowed, torch.zeros_like(d))  # d > 0 over 0 allowed: inf
+    ratio = math.inf if nan_mismatch else float(over_allowed.nan_to_num(nan=0.0, posinf=math.inf).max())
     need_atol = float((d - rtol * mag).clamp_min(0).max())
     over = d > atol
     if bool(over.any()):
@@ -100,5 +108,5 @@ def diff(tpu: dict, ref: dict, step: int = 0, slack: float = DEFAULT_SLACK) -> d
     else:
         need_rtol = 0.0
     return {"max_abs": max_abs, "max_rel": max_rel, "ulps": ulps(d, b64, ref["dtype"]), "beyond": beyond,
-            "explained": {"rtol": e_rtol, "atol": e_atol},
+            "ratio": ratio, "explained": {"rtol": e_rtol, "atol": e_atol},
             "needed": {"atol": need_atol, "rtol": need_rtol, "at_rtol": rtol, "at_atol": atol}}

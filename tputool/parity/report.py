@@ -9,9 +9,10 @@ JSON schema "tputool.parity/1" (fields are only ever added):
     op: null | {op, file, line, dtype, ref_dtype, max_abs, max_rel, ulps, needed, fallback},
     growth: [level rows after it in the same step]; a departure also has record (in | out | grad),
     module_file, module_line, dtype, ref_dtype, max_abs, max_rel, ulps, explained: {rtol, atol},
-    needed: {atol, rtol, at_rtol, at_atol}, replays: [{key, name, cls, ops, ref_ops}]}];
-  levels: [{key, kind, name, cls, step, call, file, line, dtype, max_abs, max_rel, ulps, beyond, explained,
-    needed}] (every record compared, in tpu execution order); per_step: [{step, records, beyond, max_rel,
+    ratio, needed: {atol, rtol, at_rtol, at_atol}, replays: [{key, name, cls, ops, ref_ops}]}];
+  levels: [{key, kind, name, cls, step, call, file, line, dtype, max_abs, max_rel, ulps, ratio, beyond,
+    explained, needed}] (every record compared, in tpu execution order; ratio: the largest error over its
+    allowance atol + rtol * |ref|, above 1 departs, "inf" for a NaN mismatch, null for a shape mismatch); per_step: [{step, records, beyond, max_rel,
     max_abs, needed_atol}]; replay_error: null or why the op-by-op replay failed.
 
 Exit status: 0 no departure; 1 a departure (or divergence) beyond tolerance; 2 usage error; the script's own
