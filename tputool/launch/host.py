@@ -146,9 +146,8 @@ def _run_child(argv: list[str], env: dict[str, str]) -> int:
     return child.wait()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Check this host against the target, answer the roll call, run the script (see the module doc)."""
-    from torch.distributed import TCPStore
+def parser() -> argparse.ArgumentParser:
+    """The host command's arguments (what the launchers' commands hold after `-m tputool.launch.host`)."""
     from torch.distributed.constants import default_pg_timeout
 
     p = argparse.ArgumentParser(prog="python -m tputool.launch.host")
@@ -158,7 +157,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config-b64")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Check this host against the target, answer the roll call, run the script (see the module doc)."""
+    from torch.distributed import TCPStore
+
+    a = parser().parse_args(argv)
     try:
         sl = parse_target(a.target)
         info = read_tpu_env(dict(os.environ))
