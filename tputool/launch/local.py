@@ -35,11 +35,12 @@ def host_environments(lc: Launch, environ: dict[str, str]) -> list[dict[str, str
     return out
 
 
-def start_hosts(lc: Launch, hosts: list[int] | None = None) -> list[subprocess.Popen]:
-    """Start the host command for each host index in `hosts` (default: all) with its environment."""
+def start_hosts(lc: Launch, hosts: list[int] | None = None, **popen: object) -> list[subprocess.Popen]:
+    """Start the host command for each host index in `hosts` (default: all) with its environment (`popen`:
+    more subprocess.Popen arguments, e.g. to capture the output)."""
     envs = host_environments(lc, dict(os.environ))
     argv = [sys.executable, *lc.host_argv()[1:]]
-    return [subprocess.Popen(argv, env=envs[i]) for i in (range(len(envs)) if hosts is None else hosts)]
+    return [subprocess.Popen(argv, env=envs[i], **popen) for i in (range(len(envs)) if hosts is None else hosts)]
 
 
 def run_local(lc: Launch) -> int:
