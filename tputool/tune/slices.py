@@ -153,7 +153,7 @@ def parse_target(target: str) -> Slice:
         try:
             chip = chip_by_name(m.group(1))
         except UserError:
-            raise UserError(f"unknown TPU slice '{target}'" + _near(text)) from None
+            raise UserError(f"unknown TPU generation '{m.group(1)}' in '{target}'" + _near(text)) from None
         count = int(m.group(2))
         if chip.name_counts_cores:
             if count % 2:
