@@ -117,6 +117,7 @@ def _root(
 
 
 from tputool.cli import diagnose as _diagnose  # noqa: E402
+from tputool.cli import launch as _launch  # noqa: E402
 from tputool.cli import parity as _parity  # noqa: E402
 from tputool.cli import port as _port  # noqa: E402
 from tputool.cli import profile as _profile  # noqa: E402
@@ -129,6 +130,7 @@ _parity.register(app)
 _profile.register(app)
 _tune.register(app)
 _run.register(app)
+_launch.register(app)
 
 
 def main() -> None:

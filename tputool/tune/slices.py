@@ -3,6 +3,7 @@ slices joined by the data-center network) into a `Slice`."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -42,6 +43,55 @@ class Slice:
         count = per_slice * 2 if self.chip.name_counts_cores else per_slice
         return f"{self.chip.name}-{count}" + (f"x{self.slices}" if self.slices > 1 else "")
 
+    @property
+    def cloud_name(self) -> str:
+        """One slice's name as gcloud, xpk and TPU_ACCELERATOR_TYPE spell it, e.g. `v5litepod-16`, `tpu7x-8`."""
+        return (self.chip.cloud_prefix or self.chip.name) + "-" + Slice(self.chip, self.topology).name.split("-")[1]
+
+    @property
+    def chips_per_slice(self) -> int:
+        """Chips in one slice."""
+        return math.prod(self.topology)
+
+    @property
+    def tensorcores_per_chip(self) -> int:
+        """TensorCores per chip: 2 on v4/v5p (one JAX device, megacore) and v7x (two devices), else 1."""
+        return 2 if self.chip.name_counts_cores else 1
+
+    @property
+    def chips_per_host(self) -> int:
+        """Chips one host (TPU VM, GKE node) of the slice holds."""
+        return self.chips_per_slice if self.chips_per_slice in self.chip.single_host_chips else 4
+
+    @property
+    def hosts(self) -> int:
+        """Hosts per slice (a multi-slice job has `hosts * slices` hosts)."""
+        return self.chips_per_slice // self.chips_per_host
+
+    @property
+    def gke_topology(self) -> str:
+        """The `cloud.google.com/gke-tpu-topology` node label, e.g. `4x4` or `2x2x4`."""
+        return "x".join(map(str, self.topology))
+
+    @property
+    def machine_type(self) -> str:
+        """The GKE/GCE machine type of one host, e.g. `ct5lp-hightpu-4t`."""
+        return f"{self.chip.machine_family}-{self.chips_per_host}t"
+
+    @property
+    def hbm_bytes_per_chip(self) -> float:
+        """HBM per chip (usable bytes, as the cost model counts them)."""
+        return self.chip.hbm_bytes * self.chip.devices_per_chip
+
+    def check_hosts(self) -> None:
+        """UserError when no TPU host holds this shape (e.g. a 2-chip v5p slice, or 6 chips on 4-chip hosts)."""
+        n = self.chips_per_slice
+        if n not in self.chip.single_host_chips and (n % 4 or n < 4):
+            sizes = ", ".join(Slice(self.chip, DEFAULT_TOPOLOGIES[self.chip.torus_dims][c]).name
+                              for c in self.chip.single_host_chips)
+            raise UserError(f"no {self.chip.name} host holds a {self.name} slice (single-host sizes: {sizes}; "
+                            "larger slices have 4 chips per host)")
+
     def wraparound(self, dim: int) -> bool:
         """Whether torus dim `dim` has wraparound links (a full ring) at its size."""
         size = self.topology[dim]
@@ -58,6 +108,24 @@ def chip_by_name(name: str) -> ChipSpec:
         if chip.device_kind.lower() == key:
             return chip
     raise UserError(f"unknown TPU generation '{name}' (known: {', '.join(CHIPS)})")
+
+
+def known_targets() -> list[str]:
+    """Every standard slice name, as tune writes it (`v5e-16`) and as Cloud TPU does (`v5litepod-16`,
+    `tpu7x-8`)."""
+    names = []
+    for chip in CHIPS.values():
+        spellings = [chip.name] + [a for a, c in ALIASES.items() if c == chip.name and a in ("tpu7x", "v5litepod")]
+        for c in DEFAULT_TOPOLOGIES[chip.torus_dims]:
+            if c <= chip.max_chips:
+                count = c * 2 if chip.name_counts_cores else c
+                names += [f"{s}-{count}" for s in spellings]
+    return names
+
+
+def _near(text: str) -> str:
+    near = difflib.get_close_matches(text, known_targets(), n=6, cutoff=0.6)
+    return f" (did you mean: {', '.join(near)}?)" if near else " (e.g. v5e-16, v5p-32, v6e-256, tpu7x-8, v5e-256x2)"
 
 
 _ACCEL = re.compile(r"^([a-z0-9]+?)(?:pod)?-(\d+)$")
@@ -82,7 +150,10 @@ def parse_target(target: str) -> Slice:
             raise UserError(f"topology {m.group(2)} is outside a {chip.name} pod ({chip.max_chips} chips)")
         return Slice(chip, dims)
     if m := _ACCEL.match(text):
-        chip = chip_by_name(m.group(1))
+        try:
+            chip = chip_by_name(m.group(1))
+        except UserError:
+            raise UserError(f"unknown TPU generation '{m.group(1)}' in '{target}'" + _near(text)) from None
         count = int(m.group(2))
         if chip.name_counts_cores:
             if count % 2:
@@ -96,7 +167,7 @@ def parse_target(target: str) -> Slice:
                               if c <= chip.max_chips)
             raise UserError(f"no standard {chip.name} slice with {chips} chips (try one of: {sizes})")
         return Slice(chip, shapes[chips])
-    raise UserError(f"bad TPU target '{target}': expected e.g. v5e-256, v6e-8, v7x-128, v5e:2x4 or v5e-256x2")
+    raise UserError(f"bad TPU target '{target}'" + _near(text))
 
 
 def axis_spans(slice_: Slice, axis_sizes: dict[str, int]) -> dict[str, list[tuple[int, int]]]:

@@ -36,20 +36,32 @@ class ChipSpec:
     ici_latency_s: float = 1e-6  # per hop
     dcn_bw_per_chip: float = 6.25e9  # B/s between slices (multi-slice), per chip: 200 Gb/s per 4-chip host
     host_bw_per_chip: float = 16e9  # B/s to host memory (PCIe), per chip: what host offload streams over
+    gke_accelerator: str = ""  # GKE node label cloud.google.com/gke-tpu-accelerator
+    machine_family: str = ""  # GKE/GCE machine type less its "-<chips per host>t" suffix
+    single_host_chips: tuple[int, ...] = (4,)  # slice sizes (chips) one host holds whole; larger: 4 per host
+    cloud_prefix: str = ""  # Cloud TPU / xpk accelerator-type prefix when not `name` (v5litepod, tpu7x)
     note: str = ""
 
 
 CHIPS: dict[str, ChipSpec] = {
-    "v4": ChipSpec("v4", "TPU v4", 275e12, 32 * GIB, 1200e9, 4.5e10, 3, 1, 128, 4096, "v4", True, 4),
-    "v5e": ChipSpec("v5e", "TPU v5 lite", 197e12, 15.75 * GIB, 819e9, 4.5e10, 2, 1, 128, 256, "v5e", False, 16),
-    "v5p": ChipSpec("v5p", "TPU v5", 459e12, 95 * GIB, 2765e9, 9e10, 3, 1, 128, 8960, "v5p", True, 4),
-    "v6e": ChipSpec("v6e", "TPU v6 lite", 918e12, 31.25 * GIB, 1638e9, 9e10, 2, 1, 256, 256, "v6e", False, 16),
+    "v4": ChipSpec("v4", "TPU v4", 275e12, 32 * GIB, 1200e9, 4.5e10, 3, 1, 128, 4096, "v4", True, 4,
+                   gke_accelerator="tpu-v4-podslice", machine_family="ct4p-hightpu"),
+    "v5e": ChipSpec("v5e", "TPU v5 lite", 197e12, 15.75 * GIB, 819e9, 4.5e10, 2, 1, 128, 256, "v5e", False, 16,
+                    gke_accelerator="tpu-v5-lite-podslice", machine_family="ct5lp-hightpu",
+                    single_host_chips=(1, 4, 8), cloud_prefix="v5litepod"),
+    "v5p": ChipSpec("v5p", "TPU v5", 459e12, 95 * GIB, 2765e9, 9e10, 3, 1, 128, 8960, "v5p", True, 4,
+                    gke_accelerator="tpu-v5p-slice", machine_family="ct5p-hightpu"),
+    "v6e": ChipSpec("v6e", "TPU v6 lite", 918e12, 31.25 * GIB, 1638e9, 9e10, 2, 1, 256, 256, "v6e", False, 16,
+                    gke_accelerator="tpu-v6e-slice", machine_family="ct6e-standard", single_host_chips=(1, 4, 8)),
     "v7x": ChipSpec(
         "v7x", "TPU7x", 2307e12 / 2, 192 * GIB / 2, 7.4e12 / 2, 1e11, 3, 2, 256, 9216, "tpu7x", True, 4,
+        gke_accelerator="tpu7x", machine_family="tpu7x-standard", single_host_chips=(1, 4), cloud_prefix="tpu7x",
         note="HBM bandwidth from secondary sources, ICI bandwidth derived and unverified",
     ),
 }
-"""Short name -> ChipSpec."""
+"""Short name -> ChipSpec. Hosts (GKE node pools, xpk's system_characteristics.py, Cloud TPU VMs): a slice of
+`single_host_chips` chips is one host with all of them; a larger one has 4 chips per host (machine type
+`<machine_family>-4t`), so hosts = chips / 4."""
 
 ALIASES: dict[str, str] = {
     "tpu7x": "v7x", "ironwood": "v7x", "trillium": "v6e", "v5litepod": "v5e", "v5lite": "v5e", "v6lite": "v6e",

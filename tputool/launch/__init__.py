@@ -2,6 +2,9 @@
 each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), so that a pod's process
 layout is dry-run on one machine: `init_process_group("tpu")` in each starts JAX's distributed runtime, one
 device per process (`cpu_devices` simulated CPU devices each, the first being the process's rank device).
+
+`tputool launch` (a slice's hosts) lives in the submodules: `writers` (JobSet, xpk, gcloud, Ray), `host` (the
+command every host runs), `local` (the slice's layout rehearsed here), `ray_driver` (the Ray job's driver).
 """
 
 from __future__ import annotations
