@@ -161,3 +161,37 @@ def test_without_libtpu_target_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(tpu_compile, "available", lambda: False)
     r = CliRunner().invoke(app, ["diagnose", "--target", "v5e-8", _write(tmp_path, MLP)])
     assert "pip install 'tputool[tpu-compile]'" in str(r.exception) and r.exception.exit_code == 2
+
+
+WIDE = """\
+import argparse
+import torch
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--micro-batch", type=int, default=4)
+a = p.parse_args()
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(256, 4096), nn.GELU(), nn.Linear(4096, 256))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(a.micro_batch, 16384, 256, device="tpu")
+loss = model(x).square().mean()
+loss.backward()
+opt.step()
+"""
+
+
+@pytest.mark.slow  # (~10 min on 2 busy cores: XLA rematerializes hard near the limit; `make test-all` runs it)
+def test_the_largest_micro_batch_that_fits_is_found_by_compiling(tmp_path):
+    """Activations dominate (two 16384 x 4096 fp32 values kept per sequence: 512 MiB); the search compiles
+    smaller micro batches until the largest that fits is bracketed by one that does not."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, WIDE), ["--micro-batch", "32"], "v5e-1", batch_arg="--micro-batch")
+    assert t["fits"] is False
+    best = t["largest_fitting_batch"]
+    kept_per_sequence = 2 * 16384 * 4096 * 4
+    assert 1 <= best <= t["hbm_bytes_per_chip"] // kept_per_sequence
+    verdicts = {row["batch"]: row["fits"] for row in t["batch_tries"]}
+    assert verdicts[best] is True and verdicts.get(best + 1, False) is False
+    assert best + 1 in verdicts or best + 1 == 32

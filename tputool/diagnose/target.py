@@ -31,14 +31,15 @@ LEVERS = (
 """What to do about each kind of memory that does not fit, in the order the report lists them."""
 
 
-def _run_child(script: str, args: list[str], target: str, steps: int, timeout_s: float) -> dict[str, Any]:
+def _run_child(script: str, args: list[str], target: str, steps: int, timeout_s: float,
+               step_only: bool = False) -> dict[str, Any]:
     """One abstract run of `script args` for `target` in a child process; its JSON result plus wall/host figures."""
     from tputool.diagnose.runner import end_group, wait_child
 
     fd, path = tempfile.mkstemp(prefix="tputool-target-", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "tputool.diagnose.target_run", "--record", path, "--target", target,
-           "--steps", str(steps), "--", script, *args]
+           "--steps", str(steps), *(["--step-only"] if step_only else []), "--", script, *args]
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(cmd, env=dict(os.environ, TPUTOOL_DIAGNOSE="1"), stdout=2,
@@ -118,7 +119,7 @@ def largest_fitting_batch(script: str, args: list[str], target: str, steps: int,
     tries: list[dict] = []
 
     def fits(b: int) -> bool:
-        rec = _run_child(script, _with_batch(args, batch_arg, b), target, steps, timeout_s)
+        rec = _run_child(script, _with_batch(args, batch_arg, b), target, steps, timeout_s, step_only=True)
         ok = bool(rec.get("fits"))
         tries.append({"batch": b, "fits": ok, "peak_bytes_per_chip": rec.get("peak_bytes_per_chip")})
         return ok

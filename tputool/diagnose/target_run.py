@@ -247,7 +247,7 @@ def fatal_line(text: str) -> str | None:
     return None
 
 
-def compile_run(closed, devices: list, frames, log, progress: str) -> dict:
+def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False) -> dict:
     """Compile the recorded run for `devices` (one chip: the first): each distinct program it called, then the
     whole run as one program; returns the figures of the report's "target" object (without the slice).
 
@@ -263,7 +263,7 @@ def compile_run(closed, devices: list, frames, log, progress: str) -> dict:
     dev = devices[0]
     sharding = SingleDeviceSharding(dev)
     result: dict[str, Any] = {"failed": []}
-    programs = _programs(closed)
+    programs = [] if step_only else _programs(closed)
     compile_s = 0.0
     for sub, eqn in programs:
         args = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in sub.jaxpr.invars]
@@ -284,9 +284,10 @@ def compile_run(closed, devices: list, frames, log, progress: str) -> dict:
             with open(progress + ".err") as f:
                 log.add(f.read(), "program")
         compile_s += time.perf_counter() - t0
-    os.unlink(progress)
-    os.unlink(progress + ".err")
-    result["programs"] = len(programs)
+    for p in (progress, progress + ".err"):
+        if os.path.exists(p):
+            os.unlink(p)
+    result["programs"] = None if step_only else len(programs)
     result["compile_seconds"] = round(compile_s, 3)
     t0 = time.perf_counter()
     step = jax.jit(jax.extend.core.jaxpr_as_fun(closed), out_shardings=sharding)
@@ -321,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", required=True)
     p.add_argument("--target", required=True)
     p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--step-only", action="store_true", help="only the whole step (the batch search's runs)")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -397,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     record["world"] = sl.n_devices if sl.n_devices > 1 else 1
     if record["status"] in ("ok", "step_limit"):
         try:
-            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress"))
+            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only))
             record["largest_values"] = _largest(closed, frames)
         except Exception as e:  # noqa: BLE001
             record["status"] = "error"
