@@ -21,14 +21,15 @@ SCRIPT = os.path.join(HERE, "target", "train_gpt2.py")
 
 def jax_peak(target: str, batch: int, n_layer: int) -> tuple[int, float]:
     """The JAX reference's peak bytes on one chip of `target` (in a fresh process: JAX on CPU), and seconds."""
-    code = ("import sys; sys.path.insert(0, %r)\n"
+    root = os.path.dirname(HERE)
+    code = (f"import sys; sys.path.insert(0, {root!r})\n"
             "from benchmarks.jax_gpt2 import compiled_peak_bytes\n"
             "from tputool.tune.slices import parse_target\n"
             "from tputool.tune.tpu_compile import topology_devices\n"
             "from tputool.tune.xla_log import XlaLog\n"
             "with XlaLog().capture('topology', keep_rest=False):\n"
-            "    d = topology_devices(parse_target(%r).topology_name)[0]\n"
-            "print(compiled_peak_bytes(d, %d, n_layer=%d))\n") % (os.path.dirname(HERE), target, batch, n_layer)
+            f"    d = topology_devices(parse_target({target!r}).topology_name)[0]\n"
+            f"print(compiled_peak_bytes(d, {batch}, n_layer={n_layer}))\n")
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
