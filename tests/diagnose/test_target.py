@@ -131,6 +131,8 @@ model = DDP(nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for step in range(2):
     loss = model(torch.randn(8, 512).to("tpu")).square().mean()
+    if loss.item() > 1e3:
+        raise SystemExit("diverged")
     loss.backward()
     opt.step()
     opt.zero_grad()
@@ -150,6 +152,8 @@ def test_a_ddp_script_over_four_chips(tmp_path):
     assert t["live_bytes_per_chip"]["parameters"] == 4 * p
     assert t["peak_bytes_per_chip"] >= 16 * p + 4 * p  # + DDP's flat gradient bucket
     assert t["collective_seconds"] > 0
+    # the host read of the loss gets zeros, reported at its line
+    assert [(a["reason"], a["line"]) for a in t["assumptions"]] == [("item", 12)]
 
 
 def test_without_libtpu_target_says_how_to_install(monkeypatch, tmp_path):

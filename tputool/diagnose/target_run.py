@@ -333,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax.extend.core
     import torch  # noqa: F401 - loads the bundled backend before the script runs
 
+    from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.backend.runtime import STATE
     from tputool.diagnose.observe import StepCounter, StepLimitReached
     from tputool.diagnose.userframes import UserFrames
@@ -386,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     torch._C._set_multithreading_enabled(False)  # backward on this thread: JAX's trace is per thread
     steps.install()
     try:
-        closed = jax.make_jaxpr(body)()
+        with for_tpu_target():  # (Pallas kernels traced now are Mosaic kernels, as on a TPU)
+            closed = jax.make_jaxpr(body)()
     finally:
         steps.remove()
         STATE.abstract = None

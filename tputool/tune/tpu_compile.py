@@ -26,8 +26,13 @@ HOST_CHIPS = 4
 def topology_devices(topology_name: str) -> list:
     """Compile-only devices of a TPU topology such as `v5e:2x4` (or `v5e:1x1`, less than a host)."""
     import math
+    import os
 
     from jax.experimental import topologies
+
+    # compile-only: no TPU is opened, so other processes compiling for a topology (a test, a tune run) may
+    # hold libtpu too (otherwise the second one fails on /tmp/libtpu_lockfile)
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
     dims = [int(d) for d in topology_name.split(":")[1].split("x")]
     extra = {}
