@@ -172,9 +172,12 @@ def _programs(closed) -> list[tuple[Any, Any]]:
     out, seen = [], set()
     for eqn in closed.jaxpr.eqns:
         sub = eqn.params.get("jaxpr") if eqn.primitive.name in ("pjit", "jit") else None
-        if sub is None or id(sub) in seen:
+        if sub is None:
             continue
-        seen.add(id(sub))
+        key = str(sub)  # (one program per computation, however many jit objects traced it)
+        if key in seen:
+            continue
+        seen.add(key)
         out.append((sub, eqn))
     return out
 
