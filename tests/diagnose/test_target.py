@@ -199,3 +199,16 @@ def test_the_largest_micro_batch_that_fits_is_found_by_compiling(tmp_path):
     verdicts = {row["batch"]: row["fits"] for row in t["batch_tries"]}
     assert verdicts[best] is True and verdicts.get(best + 1, False) is False
     assert best + 1 in verdicts or best + 1 == 32
+
+
+def test_cli_json_has_a_top_level_target_object_and_exit_status(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+
+    r = CliRunner().invoke(app, ["diagnose", "--target", "v5e-1", "--format", "json", _write(tmp_path, FFT64)])
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert doc["target"]["slice"] == "v5e-1" and doc["target"]["failed"]
+    assert r.exit_code == 1
