@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,report]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,report,tpu-compile]'
 	touch $(STAMP)
 
 # Port the bundled CUDA sample repo (diff + report), then run the ported copy for one epoch on the tpu device.

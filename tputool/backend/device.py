@@ -22,6 +22,31 @@ GC_FREEZE_ENV = "TPUTOOL_GC_FREEZE"
 """`0` keeps the objects alive at registration in the garbage collector's generations (see `_freeze_startup`)."""
 
 
+TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+"""Device files a TPU VM exposes (accel: v2-v6e; vfio: v5p, v6e and later)."""
+
+
+def tpu_attached() -> bool:
+    """True when this machine has a TPU attached (one of TPU_DEVICE_GLOBS exists)."""
+    import glob
+
+    return any(glob.glob(pattern) for pattern in TPU_DEVICE_GLOBS)
+
+
+def keep_jax_on_cpu_without_tpu() -> None:
+    """Before JAX starts: on a machine with no TPU and no JAX_PLATFORMS set, set JAX_PLATFORMS=cpu.
+
+    With the libtpu wheel installed (extra `tpu-compile`), JAX would otherwise initialise libtpu at start-up
+    and print its errors (`TPU_WORKER_HOSTNAMES`); compile-only topologies
+    (`jax.experimental.topologies.get_topology_desc`) work with the CPU platform."""
+    import sys
+
+    if "jax" in sys.modules or os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME"):
+        return
+    if not tpu_attached():
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
 def device_count() -> int:
     """Number of tpu devices: the number of JAX devices on JAX's default platform."""
     import jax
@@ -50,6 +75,7 @@ def register(freeze_gc: bool = False) -> bool:
         log.info("tputool: the tpu device is already registered by another package")
         return False
 
+    keep_jax_on_cpu_without_tpu()
     import jax
 
     # int64/float64 tensors keep their dtype and values (JAX would narrow them to 32 bits).

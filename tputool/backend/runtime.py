@@ -77,6 +77,10 @@ class Runtime:
     """How `tputool.models.moe.MoEFeedForward` layers without their own setting dispatch tokens: "dense", or
     sparse through the grouped matmul "ragged" / "gmm" (`graph/grouped_matmul.py`); set by
     `tputool.tune.apply_config`, read at each forward (so graphs traced afterwards follow it). None: dense."""
+    abstract: Any = None
+    """Under `tputool diagnose --target` (`tputool.diagnose.target_run`): the abstract run, whose tpu tensors
+    hold JAX tracers of one trace (shapes and dtypes, no data); large host->tpu copies become placeholders and
+    reads of values to the host call its `read(array, reason)` for a placeholder value. None: a real run."""
     moe_mesh: Any = None
     """The mesh sparse MoE layers traced from now on run per device of (`graph/moe_experts.py`; set by the
     active tuned config's `shard_model`); None: over the whole batch at once."""

@@ -37,6 +37,8 @@ _pending: list[weakref.ref] = STATE.in_flight
 
 def track(a: jax.Array) -> None:
     """Remember `a` as in flight; past 4096 entries, wait for the older half (bounds the list)."""
+    if STATE.abstract is not None:
+        return  # (tracers of the abstract run: nothing runs)
     _pending.append(weakref.ref(a))
     if len(_pending) > 4096:
         old = _pending[:2048]
@@ -51,6 +53,8 @@ def synchronize() -> None:
     """Wait for every tracked array still alive; raise a device-side assert that failed meanwhile."""
     if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
         raise_pending()
+    if STATE.abstract is not None:
+        return
     refs = list(_pending)
     _pending.clear()
     for r in refs:
@@ -94,7 +98,7 @@ def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
     size = tuple(size)
     npdt = dtypes.to_np(dtype)
     nbytes = math.prod(size) * dtype.itemsize
-    if nbytes >= memory.CHECK_FROM:  # (a large request: refused now if it cannot fit, as CUDA's allocator does)
+    if nbytes >= memory.CHECK_FROM and STATE.abstract is None:  # (a large request: refused now if it cannot fit, as CUDA's allocator does)
         memory.check_alloc(nbytes)
     t = _create(size, dtype)
     if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
@@ -208,6 +212,8 @@ def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = 
         arr = t.numpy()
     if count:
         events.record("transfer_h2d", "", arr.nbytes)
+    if STATE.abstract is not None:
+        return STATE.abstract.from_host(arr)
     return jax.device_put(arr, device) if device is not None else jnp.asarray(arr)
 
 
@@ -216,7 +222,7 @@ def jax_to_cpu(a: jax.Array, reason: str = "cpu", count: bool = True) -> torch.T
     device-side assert that failed since the last sync point (`tputool.backend.asserts`)."""
     if STATE.assert_sites or STATE.asserts or STATE.assert_failure:
         raise_pending()
-    arr = np.asarray(a)
+    arr = np.asarray(a) if STATE.abstract is None else STATE.abstract.read(a, reason)
     if count:
         events.record("host_sync", reason)
         events.record("transfer_d2h", "", arr.nbytes)

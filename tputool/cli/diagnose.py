@@ -19,6 +19,12 @@ def diagnose(
                                    help="Exit 1 on runtime findings of this severity or worse: info, warning, error."),
     html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                         "page with plots (needs matplotlib: the report extra)."),
+    target: str | None = typer.Option(None, "--target", help="Check the step for this TPU slice (v5e-8, v6e-256, "
+                                      "v5e-1 ...) by compiling it with the TPU compiler, without a TPU or data "
+                                      "(needs the tpu-compile extra)."),
+    steps: int = typer.Option(1, "--steps", help="With --target: the optimizer steps to check (the script stops after them)."),
+    batch_arg: str | None = typer.Option(None, "--batch-arg", help="With --target: the script's option that sets "
+                                         "the micro batch (e.g. --batch_size), to search the largest that fits."),
 ) -> None:
     from tputool.diagnose import diagnose as run_diagnose
     from tputool.diagnose.exits import exit_status
@@ -26,6 +32,10 @@ def diagnose(
     from tputool.rules.model import Severity
 
     threshold = {str(s): s for s in Severity}[fail_on.value]
+    if html_out is not None and target is not None:
+        from tputool.errors import UserError
+
+        raise UserError("--html does not cover --target yet: use --format json for the target check's figures")
     if html_out is not None:
         from tputool.reports import prepare
 
@@ -33,6 +43,9 @@ def diagnose(
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]
+    if target is not None:
+        _diagnose_target(script, args, target, steps, timeout, batch_arg, fmt)
+        return
     report = run_diagnose(script, args, timeout_s=timeout, max_steps=max_steps, static_only=static,
                           include_static=not no_static, script_output_to_stderr=fmt == "json")
     if fmt == "json":
@@ -50,6 +63,19 @@ def diagnose(
         write(html_out, html_report.render(json.loads(to_json(report))))
         typer.echo(f"wrote {html_out}", err=True)
     status = exit_status(report, threshold)
+    if status:
+        raise typer.Exit(status)
+
+
+def _diagnose_target(script: str, args: list[str], target: str, steps: int, timeout: float, batch_arg: str | None,
+                     fmt: TextOrJson) -> None:
+    import json
+
+    from tputool.diagnose.target import check_target, exit_status, render_text
+
+    result = check_target(script, args, target, steps=steps, timeout_s=timeout, batch_arg=batch_arg)
+    typer.echo(json.dumps({"target": result}, indent=2) if fmt == "json" else render_text(result))
+    status = exit_status(result)
     if status:
         raise typer.Exit(status)
 

@@ -384,3 +384,12 @@ def hlo_flops(compiled) -> float | None:
     if not ca or "flops" not in ca:
         return None
     return float(ca["flops"])
+
+
+def program_seconds(flops: float, bytes_accessed: float, hw: Hardware, precision: str = "bf16") -> float:
+    """A lower bound on a compiled program's time on one device of `hw`: its FLOPs at the calibrated matmul
+    rate or its HBM traffic at the calibrated bandwidth (XLA's cost analysis), whichever is longer, plus the
+    calibrated fixed cost of a step (`tputool diagnose --target`'s step_seconds)."""
+    compute = flops / (hw.matmul_flops[precision] * hw.eff.matmul)
+    memory = bytes_accessed / (hw.hbm_bw * hw.eff.hbm)
+    return max(compute, memory) + hw.step_overhead_s

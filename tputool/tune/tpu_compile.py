@@ -19,11 +19,26 @@ def available() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
+HOST_CHIPS = 4
+"""Chips of one TPU host (2x2x1): a topology with fewer chips is one host of exactly that shape."""
+
+
 def topology_devices(topology_name: str) -> list:
-    """Compile-only devices of a TPU topology such as `v5e:2x4`."""
+    """Compile-only devices of a TPU topology such as `v5e:2x4` (or `v5e:1x1`, less than a host)."""
+    import math
+    import os
+
     from jax.experimental import topologies
 
-    return list(topologies.get_topology_desc(topology_name=topology_name, platform="tpu").devices)
+    # compile-only: no TPU is opened, so other processes compiling for a topology (a test, a tune run) may
+    # hold libtpu too (otherwise the second one fails on /tmp/libtpu_lockfile)
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+    dims = [int(d) for d in topology_name.split(":")[1].split("x")]
+    extra = {}
+    if math.prod(dims) < HOST_CHIPS:
+        extra["chips_per_host_bounds"] = [*dims, 1, 1][:3]
+    return list(topologies.get_topology_desc(topology_name=topology_name, platform="tpu", **extra).devices)
 
 
 def compiled_bytes(compiled) -> float:

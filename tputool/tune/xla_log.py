@@ -59,9 +59,9 @@ class XlaLog:
         return "".join(rest)
 
     @contextlib.contextmanager
-    def capture(self, who: str) -> Iterator[None]:
+    def capture(self, who: str, keep_rest: bool = True) -> Iterator[None]:
         """Redirect fd 2 to a temporary file while the block runs (a compile of candidate `who`), then file
-        what was written."""
+        what was written; the other lines are written back unless not `keep_rest` (libtpu's start-up lines)."""
         sys.stderr.flush()
         saved = os.dup(2)
         with tempfile.TemporaryFile() as tmp:
@@ -74,7 +74,7 @@ class XlaLog:
                 os.close(saved)
                 tmp.seek(0)
                 rest = self.add(tmp.read().decode("utf-8", "replace"), who)
-                if rest:
+                if rest and keep_rest:
                     os.write(2, rest.encode())
 
     def summary(self) -> list[str]:

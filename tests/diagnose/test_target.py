@@ -1,0 +1,214 @@
+"""`tputool diagnose --target SLICE` and the libtpu wheel's effect on a CPU process (extra `tpu-compile`,
+which `make install` installs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("libtpu")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")}
+    return {**env, **extra}
+
+
+def test_import_torch_with_libtpu_installed_is_quiet_and_on_cpu():
+    """libtpu installed, no TPU attached: `import torch` (which starts JAX) prints nothing and JAX stays on
+    CPU; compile-only TPU devices still come from a topology."""
+    code = ("import torch, jax\n"
+            "print((torch.ones(2, device='tpu') + 1).sum().item(), jax.devices()[0].platform)\n"
+            "import sys; print('MARK', file=sys.stderr, flush=True)\n"
+            "from jax.experimental import topologies\n"
+            "print(len(topologies.get_topology_desc(topology_name='v5e:2x2', platform='tpu').devices))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4.0", "cpu", "4"]
+    before_topology = out.stderr.split("MARK")[0]  # (get_topology_desc prints libtpu's start-up lines itself)
+    assert "TPU_WORKER_HOSTNAMES" not in before_topology and "INVALID_ARGUMENT" not in before_topology
+
+
+# ---- diagnose --target: the abstract run compiled for a slice ---------------------------------------------
+
+MLP = """\
+import argparse
+import torch
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--width", type=int, default=1024)
+p.add_argument("--batch", type=int, default=32)
+a = p.parse_args()
+with torch.device("tpu"):  # built on the device: under --target its parameters hold no data
+    model = nn.Sequential(nn.Linear(a.width, 4 * a.width), nn.GELU(), nn.Linear(4 * a.width, a.width))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(3):
+    x = torch.randn(a.batch, a.width).to("tpu")
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    print("loss", loss.item())
+"""
+
+
+def _mlp_params(width: int) -> int:
+    return 2 * 4 * width * width + 4 * width + width
+
+
+def _write(tmp_path, body: str, name: str = "train.py") -> str:
+    p = tmp_path / name
+    p.write_text(body)
+    return str(p)
+
+
+def test_a_step_that_fits_one_chip_with_its_memory_accounted(tmp_path):
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, MLP), ["--batch", "32"], "v5e-1")
+    p = _mlp_params(1024)
+    live = t["live_bytes_per_chip"]
+    # independent calculation: fp32 parameters, their gradients, AdamW's two moments
+    assert live["parameters"] == 4 * p and live["gradients"] == 4 * p and live["optimizer_state"] == 8 * p
+    assert t["fits"] is True and t["failed"] == [] and t["status"] == "step_limit"
+    activations = 32 * (1024 + 3 * 4096 + 1024) * 4  # input, pre/post GELU, grad: a generous bound
+    assert 16 * p <= t["peak_bytes_per_chip"] <= 16 * p + activations + (1 << 20)
+    assert t["programs"] > 10 and t["compile_seconds"] > 0 and t["step_seconds"] > 0 and 0 < t["mfu"] < 1
+
+
+def test_a_step_too_large_to_run_here_does_not_fit_a_chip(tmp_path):
+    """1.2B parameters with AdamW (16 bytes each: 19 GB) on a 16 GB v5e chip; the check itself holds no data
+    (its host memory stays below the parameters' 5 GB alone)."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, MLP), ["--width", "12288", "--batch", "4"], "v5e-1")
+    p = _mlp_params(12288)
+    assert t["fits"] is False
+    assert t["peak_bytes_per_chip"] > t["hbm_bytes_per_chip"]
+    assert 0.95 * 16 * p <= t["peak_bytes_per_chip"] <= 1.05 * 16 * p
+    assert t["memory_by_kind"]["parameters"] == 4 * p and t["memory_by_kind"]["optimizer_state"] == 8 * p
+    assert any("FSDP2" in lever for lever in t["levers"])
+    assert t["check_host_max_rss_bytes"] < 4 * p
+
+
+FFT64 = """\
+import torch
+
+x = torch.randn(64, 256).to("tpu")
+w = torch.nn.Parameter(torch.randn(256, device="tpu"))
+opt = torch.optim.SGD([w], lr=0.1)
+spectrum = torch.fft.rfft((x * w).double(), dim=-1)
+loss = spectrum.abs().sum()
+loss.backward()
+opt.step()
+"""
+
+
+def test_a_float64_program_the_tpu_compiler_rejects_is_named_at_its_line(tmp_path):
+    from tputool.diagnose.target import check_target, exit_status
+
+    script = _write(tmp_path, FFT64)
+    t = check_target(script, [], "v5e-1")
+    lines = {(f["file"], f["line"]) for f in t["failed"]}
+    assert (script, 6) in lines, t["failed"]
+    assert any("FFT" in f["error"] for f in t["failed"])
+    assert exit_status(t) == 1
+
+
+DDP = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group(backend="tpu")
+world = dist.get_world_size()
+model = DDP(nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).to("tpu"))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(8, 512).to("tpu")).square().mean()
+    if loss.item() > 1e3:
+        raise SystemExit("diverged")
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if dist.get_rank() == 0:
+        print(world, loss.item())
+"""
+
+
+def test_a_ddp_script_over_four_chips(tmp_path):
+    """World = the slice's 4 chips; each chip holds a replica, gradients are all-reduced in DDP's buckets."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, DDP), [], "v5e-4")
+    p = 2 * 512 * 2048 + 2048 + 512
+    assert t["world"] == 4 and t["fits"] is True and t["error"] is None
+    assert t["collective_bytes"] == {"all-reduce": 4 * p}
+    assert t["live_bytes_per_chip"]["parameters"] == 4 * p
+    assert t["peak_bytes_per_chip"] >= 16 * p + 4 * p  # + DDP's flat gradient bucket
+    assert t["collective_seconds"] > 0
+    # the host read of the loss gets zeros, reported at its line
+    assert [(a["reason"], a["line"]) for a in t["assumptions"]] == [("item", 12)]
+
+
+def test_without_libtpu_target_says_how_to_install(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+    from tputool.tune import tpu_compile
+
+    monkeypatch.setattr(tpu_compile, "available", lambda: False)
+    r = CliRunner().invoke(app, ["diagnose", "--target", "v5e-8", _write(tmp_path, MLP)])
+    assert "pip install 'tputool[tpu-compile]'" in str(r.exception) and r.exception.exit_code == 2
+
+
+WIDE = """\
+import argparse
+import torch
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--micro-batch", type=int, default=4)
+a = p.parse_args()
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(256, 4096), nn.GELU(), nn.Linear(4096, 256))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(a.micro_batch, 16384, 256, device="tpu")
+loss = model(x).square().mean()
+loss.backward()
+opt.step()
+"""
+
+
+@pytest.mark.slow  # (~10 min on 2 busy cores: XLA rematerializes hard near the limit; `make test-all` runs it)
+def test_the_largest_micro_batch_that_fits_is_found_by_compiling(tmp_path):
+    """Activations dominate (two 16384 x 4096 fp32 values kept per sequence: 512 MiB); the search compiles
+    smaller micro batches until the largest that fits is bracketed by one that does not."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, WIDE), ["--micro-batch", "32"], "v5e-1", batch_arg="--micro-batch")
+    assert t["fits"] is False
+    best = t["largest_fitting_batch"]
+    kept_per_sequence = 2 * 16384 * 4096 * 4
+    assert 1 <= best <= t["hbm_bytes_per_chip"] // kept_per_sequence
+    verdicts = {row["batch"]: row["fits"] for row in t["batch_tries"]}
+    assert verdicts[best] is True and verdicts.get(best + 1, False) is False
+    assert best + 1 in verdicts or best + 1 == 32
+
+
+def test_cli_json_has_a_top_level_target_object_and_exit_status(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+
+    r = CliRunner().invoke(app, ["diagnose", "--target", "v5e-1", "--format", "json", _write(tmp_path, FFT64)])
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert doc["target"]["slice"] == "v5e-1" and doc["target"]["failed"]
+    assert r.exit_code == 1

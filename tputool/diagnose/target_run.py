@@ -1,0 +1,420 @@
+"""The abstract run of `tputool diagnose --target SLICE` (child side: `python -m tputool.diagnose.target_run`).
+
+The script runs as `__main__` inside ONE JAX trace (`jax.make_jaxpr`) until `--steps` optimizer steps are
+done: every tpu tensor holds a tracer (shape and dtype, no data), so whatever the backend runs (eager op
+kernels, Fused traces, compiled graphs, optimizer updates) is recorded, not executed. Host->tpu copies
+larger than `SMALL_HOST_BYTES` become opaque placeholders of their shape (small ones, e.g. scalars, keep
+their values); reads of a tpu value on the host (`.item()`, printing, a branch on a tensor) get zeros and
+are reported as assumptions. The recorded run is then compiled for the target's compile-only TPU devices
+(`tputool.tune.tpu_compile`): the whole run as one program (XLA's memory analysis of the step, with what is
+live at its end: parameters, gradients, optimizer state), and each distinct program the backend would
+compile on its own (count, compile seconds, the ones the TPU compiler rejects with the user's line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import re
+import runpy
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+SMALL_HOST_BYTES = 4096
+"""Host->tpu copies up to this size keep their values (scalars, small index tensors); larger ones are
+placeholders of their shape and dtype."""
+
+TOP_TEMPORARIES = 5
+"""How many of the largest intermediate values the report lists."""
+
+_USED = re.compile(r"(?:Used |required for [^(]*\()([\d.]+)([KMGT]?)")
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class AbstractRun:
+    """The hook the backend calls under the abstract run (`runtime.STATE.abstract`)."""
+
+    def __init__(self, frames) -> None:
+        self.frames = frames
+        self.assumptions: dict[tuple[str, str, int], int] = {}
+
+    def from_host(self, arr):
+        """The tpu value of host array `arr`: the array itself when small, else an opaque placeholder."""
+        import jax.numpy as jnp
+        from jax import lax
+
+        if arr.nbytes <= SMALL_HOST_BYTES:
+            return jnp.asarray(arr)
+        return lax.optimization_barrier(jnp.zeros(arr.shape, arr.dtype))  # (the compiler cannot fold it)
+
+    def read(self, a, reason: str):
+        """A host copy of tpu value `a`: its value when it is concrete, else zeros (an assumption, recorded)."""
+        import jax
+        import numpy as np
+
+        if not isinstance(a, jax.core.Tracer):
+            return np.asarray(a)
+        where = self.frames.location(2) or ("?", 0)
+        key = (reason, where[0], where[1])
+        self.assumptions[key] = self.assumptions.get(key, 0) + 1
+        return np.zeros(a.shape, a.dtype)
+
+
+COLLECTIVE_BYTES: dict[str, int] = {}
+"""Bytes each kind of collective moved per rank in the abstract run ("all-reduce": DDP's gradient buckets)."""
+
+
+def _ddp_allreduce(state, bucket):
+    """DDP's gradient all-reduce among identical replicas: the bucket as it is (its mean), bytes counted."""
+    import torch
+
+    buf = bucket.buffer()
+    COLLECTIVE_BYTES["all-reduce"] = COLLECTIVE_BYTES.get("all-reduce", 0) + buf.numel() * buf.element_size()
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def simulate_world(n: int) -> None:
+    """Make this process rank 0 of a world of `n` ranks (one per device of the slice): torchrun's variables,
+    and `torch.distributed.init_process_group` on PyTorch's fake process group, whose collectives do not run
+    (each rank's programs are the same; rank 0's are compiled for one device of the slice)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    real = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        kwargs.update(backend="cpu:fake,tpu:fake", store=FakeStore(), rank=0, world_size=n)
+        kwargs.pop("init_method", None)
+        return real(**kwargs)
+
+    dist.init_process_group = init_process_group
+    import torch.nn.parallel.distributed as ddp
+
+    # every simulated rank holds the same model: DDP's cross-rank shape check would compare zeros
+    ddp._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    ddp_init = ddp.DistributedDataParallel.__init__
+
+    def init_ddp(self, *args, **kwargs):  # the fake group's all-reduce returns nothing: DDP gets the bucket back
+        ddp_init(self, *args, **kwargs)
+        self.register_comm_hook(None, _ddp_allreduce)
+
+    ddp.DistributedDataParallel.__init__ = init_ddp
+
+
+def _live_tpu_tensors() -> Iterator[Any]:
+    import torch
+
+    from tputool.backend.tensor import has_data
+
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor) and o.device.type == "tpu" and has_data(o):
+            yield o
+
+
+def _live_state() -> tuple[list, dict[str, int]]:
+    """The tracers held by live tpu tensors at the end of the run (each storage once), and their bytes by
+    role: parameters, gradients, optimizer state, other (batches, losses, buffers)."""
+    import jax
+    import jax.extend.core
+    import torch
+
+    optimizers = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+    opt_storages = set()
+    for opt in optimizers:
+        for st in opt.state.values():
+            for v in (st.values() if isinstance(st, dict) else ()):
+                if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+                    opt_storages.add(v.untyped_storage()._cdata)
+    values, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "other": 0}
+    tensors = list(_live_tpu_tensors())
+    grads = {t.grad.untyped_storage()._cdata for t in tensors
+             if isinstance(t, torch.nn.Parameter) and t.grad is not None and t.grad.device.type == "tpu"}
+    for t in tensors:
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in seen:
+            continue
+        seen.add(key)
+        base = st._tpu
+        if not isinstance(base, jax.core.Tracer):
+            continue
+        values.append(base)
+        nbytes = int(base.size) * base.dtype.itemsize
+        role = ("parameters" if isinstance(t, torch.nn.Parameter) else "optimizer_state" if key in opt_storages
+                else "gradients" if key in grads else "other")
+        roles[role] += nbytes
+    return values, roles
+
+
+def _user_line(eqn, frames) -> tuple[str, int] | None:
+    """The innermost user frame of the Python stack that recorded `eqn`."""
+    tb = getattr(eqn.source_info, "traceback", None)
+    if tb is None:
+        return None
+    for fr in tb.frames:  # (innermost first)
+        if frames.is_user(fr.file_name):
+            return fr.file_name, fr.line_num
+    return None
+
+
+def _programs(closed) -> list[tuple[Any, Any]]:
+    """(program, first recording equation) of each distinct program the run called (the backend's jits)."""
+    out, seen = [], set()
+    for eqn in closed.jaxpr.eqns:
+        sub = eqn.params.get("jaxpr") if eqn.primitive.name in ("pjit", "jit") else None
+        if sub is None:
+            continue
+        key = str(sub)  # (one program per computation, however many jit objects traced it)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((sub, eqn))
+    return out
+
+
+def _bytes(aval) -> int:
+    return int(getattr(aval, "size", 0)) * getattr(getattr(aval, "dtype", None), "itemsize", 0)
+
+
+def _largest(closed, frames) -> list[dict]:
+    """The largest values the run computes, with the user line that made them."""
+    rows = []
+    for eqn in closed.jaxpr.eqns:
+        for v in eqn.outvars:
+            n = _bytes(v.aval)
+            if n:
+                rows.append((n, eqn, v.aval))
+    rows.sort(key=lambda r: -r[0])
+    out, seen = [], set()
+    for n, eqn, aval in rows:
+        where = _user_line(eqn, frames)
+        key = (where, tuple(aval.shape), str(aval.dtype))
+        if key in seen:
+            continue
+        seen.add(key)
+        name = eqn.params.get("name", eqn.primitive.name)
+        out.append({"bytes": n, "shape": list(aval.shape), "dtype": str(aval.dtype), "program": str(name),
+                    "file": where[0] if where else None, "line": where[1] if where else None})
+        if len(out) >= TOP_TEMPORARIES:
+            break
+    return out
+
+
+def used_bytes(message: str) -> int | None:
+    """The bytes XLA's RESOURCE_EXHAUSTED message says the program needs ("Used 20.5G of 15.75G hbm", "the
+    total memory required for HLO temporaries (32.00G) exceeds available HBM")."""
+    m = _USED.search(message)
+    return int(float(m.group(1)) * _UNIT[m.group(2)]) if m else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for ln in text.splitlines():
+        if ln.strip() and not ln.startswith("==="):
+            return ln.strip()[:400]
+    return type(e).__name__
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """fd 2 into file `path` while the block runs (what a compiler that aborts the process said stays there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def fatal_line(text: str) -> str | None:
+    """The message of the first fatal (absl `F...`) line of a log: what the TPU compiler aborted with."""
+    for ln in text.splitlines():
+        m = re.match(r"^F\d{4} [\d:.]+\s+\d+ [^\]]+\] (.*)$", ln)
+        if m:
+            return m.group(1).strip()
+    return None
+
+
+def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False) -> dict:
+    """Compile the recorded run for `devices` (one chip: the first): each distinct program it called, then the
+    whole run as one program; returns the figures of the report's "target" object (without the slice).
+
+    Before each program's compile, `progress` holds it as JSON (with its user line) and the compiler's log
+    goes to `progress + ".err"`: when the TPU compiler aborts the process, the parent names the program."""
+    import jax
+    import jax.extend.core
+    from jax.sharding import SingleDeviceSharding
+
+    from tputool.backend.graph.attention_kernels import for_tpu_target
+    from tputool.tune.tpu_compile import compiled_bytes
+
+    dev = devices[0]
+    sharding = SingleDeviceSharding(dev)
+    result: dict[str, Any] = {"failed": []}
+    programs = [] if step_only else _programs(closed)
+    compile_s = 0.0
+    for sub, eqn in programs:
+        args = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in sub.jaxpr.invars]
+        where = _user_line(eqn, frames)
+        with open(progress, "w") as f:
+            json.dump({"program": str(eqn.params.get("name", "")), "file": where[0] if where else None,
+                       "line": where[1] if where else None, "failed": result["failed"]}, f)
+        t0 = time.perf_counter()
+        try:
+            with _stderr_to(progress + ".err"), for_tpu_target():
+                jax.jit(jax.extend.core.jaxpr_as_fun(sub), out_shardings=sharding).lower(*args).compile()
+        except Exception as e:  # noqa: BLE001 - the TPU compiler's rejection is the finding
+            if "RESOURCE_EXHAUSTED" in str(e):
+                continue  # (one eager program larger than the chip: the whole step's analysis says so)
+            result["failed"].append({"program": str(eqn.params.get("name", "")), "error": _first_line(e),
+                                     "file": where[0] if where else None, "line": where[1] if where else None})
+        finally:
+            with open(progress + ".err") as f:
+                log.add(f.read(), "program")
+        compile_s += time.perf_counter() - t0
+    for p in (progress, progress + ".err"):
+        if os.path.exists(p):
+            os.unlink(p)
+    result["programs"] = None if step_only else len(programs)
+    result["compile_seconds"] = round(compile_s, 3)
+    t0 = time.perf_counter()
+    step = jax.jit(jax.extend.core.jaxpr_as_fun(closed), out_shardings=sharding)
+    try:
+        with log.capture("step"), for_tpu_target():
+            compiled = step.lower().compile()
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        if "RESOURCE_EXHAUSTED" not in msg:
+            result["step_error"] = _first_line(e)
+            return result
+        result["fits"] = False
+        result["peak_bytes_per_chip"] = used_bytes(msg)
+        result["oom_message"] = _first_line(e)
+        result["step_compile_seconds"] = round(time.perf_counter() - t0, 3)
+        return result
+    result["step_compile_seconds"] = round(time.perf_counter() - t0, 3)
+    ma = compiled.memory_analysis()
+    result["peak_bytes_per_chip"] = int(compiled_bytes(compiled))
+    result["temp_bytes_per_chip"] = int(ma.temp_size_in_bytes)
+    result["fits"] = True
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, list) else ca
+    result["flops"] = float(ca.get("flops", 0.0)) if ca else 0.0
+    result["bytes_accessed"] = float(ca.get("bytes accessed", 0.0)) if ca else 0.0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the script abstractly, compile it for the target, write the JSON result."""
+    p = argparse.ArgumentParser(prog="tputool.diagnose.target_run")
+    p.add_argument("--record", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--step-only", action="store_true", help="only the whole step (the batch search's runs)")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    ns = p.parse_args(argv)
+    script = os.path.abspath(ns.script)
+    os.environ["TPUTOOL_DIAGNOSE"] = "1"
+    os.environ["TPUTOOL_CACHE_DIR"] = "off"  # (compile-only devices cannot load programs from JAX's cache)
+    import jax
+    import jax.extend.core
+    import torch  # noqa: F401 - loads the bundled backend before the script runs
+
+    from tputool.backend.graph.attention_kernels import for_tpu_target
+    from tputool.backend.runtime import STATE
+    from tputool.diagnose.observe import StepCounter, StepLimitReached
+    from tputool.diagnose.userframes import UserFrames
+    from tputool.tune.slices import parse_target
+    from tputool.tune.tpu_compile import topology_devices
+    from tputool.tune.xla_log import XlaLog
+
+    sl = parse_target(ns.target)
+    frames = UserFrames(os.path.dirname(script))
+    record: dict[str, Any] = {"status": "ok", "steps": 0, "error": None}
+    log = XlaLog()
+    with log.capture(f"topology {sl.topology_name}", keep_rest=False):  # (libtpu's start-up lines without a TPU)
+        devices = topology_devices(sl.topology_name)
+    if sl.n_devices > 1:
+        simulate_world(sl.n_devices)
+    steps = StepCounter(ns.steps)
+    run = AbstractRun(frames)
+    roles: dict[str, int] = {}
+    sys.argv = [script, *ns.args]
+    sys.path.insert(0, os.path.dirname(script))
+
+    live: list = []
+
+    def at_step(n: int) -> None:  # the state live at the end of the last step (before the script drops it)
+        nonlocal roles
+        if n == ns.steps:
+            live[:], roles = _live_state()
+
+    steps.on_step.append(at_step)
+
+    def body() -> list:
+        nonlocal roles
+        try:
+            kept = runpy.run_path(script, run_name="__main__")  # noqa: F841 - its globals stay alive meanwhile
+            live[:], roles = _live_state()
+        except StepLimitReached:
+            record["status"] = "step_limit"
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                record["status"] = "exited"
+                record["error"] = {"type": "SystemExit", "message": f"the script exited with status {e.code}",
+                                   "traceback": frames.trim_traceback(e.__traceback__)}
+        except BaseException as e:  # noqa: BLE001 - the script's failure goes into the record
+            record["status"] = "error"
+            record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
+                               "traceback": frames.trim_traceback(e.__traceback__)}
+        return list(live)
+
+    t0 = time.perf_counter()
+    STATE.abstract = run
+    torch._C._set_multithreading_enabled(False)  # backward on this thread: JAX's trace is per thread
+    steps.install()
+    try:
+        with for_tpu_target():  # (Pallas kernels traced now are Mosaic kernels, as on a TPU)
+            closed = jax.make_jaxpr(body)()
+    finally:
+        steps.remove()
+        STATE.abstract = None
+    record["steps"] = steps.steps
+    record["trace_seconds"] = round(time.perf_counter() - t0, 3)
+    record["assumptions"] = [{"reason": r, "file": f, "line": ln, "count": n, "value": "zeros"}
+                             for (r, f, ln), n in run.assumptions.items()]
+    record["live_bytes"] = roles
+    record["collective_bytes"] = dict(COLLECTIVE_BYTES)
+    record["world"] = sl.n_devices if sl.n_devices > 1 else 1
+    if record["status"] in ("ok", "step_limit"):
+        try:
+            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only))
+            record["largest_values"] = _largest(closed, frames)
+        except Exception as e:  # noqa: BLE001
+            record["status"] = "error"
+            record["error"] = {"type": type(e).__name__, "message": _first_line(e),
+                               "traceback": [], "internal": traceback.format_exc(limit=3)}
+    record["xla_log"] = log.summary()
+    with open(ns.record, "w") as f:
+        json.dump(record, f, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
