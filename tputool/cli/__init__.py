@@ -8,7 +8,13 @@ import sys
 from typing import Any
 
 import typer
-from typer._click import exceptions as _click_errors  # Typer 0.29 vendors click; its exceptions live here
+
+try:
+    from typer._click import (
+        exceptions as _click_errors,  # Typer >= 0.29 vendors click; its exceptions live here
+    )
+except ImportError:  # older Typer runs on the installed click
+    from click import exceptions as _click_errors
 from typer.core import TyperGroup
 
 from tputool import __version__
@@ -17,13 +23,23 @@ from tputool.errors import UserError
 _NOT_ONE_OF = re.compile(r"^(?:Value error, )?(.*) is not one of (.*?)\.?$")
 
 
+def _param_name(param: Any) -> str:
+    """An argument's name as usage text shows it (SCRIPT); Typer 0.29's arguments lack click's human_readable_name."""
+    name = getattr(param, "human_readable_name", None) or param.metavar or (param.name or "argument").upper()
+    return str(name)
+
+
 def _one_line(e: Exception) -> str:
     """A Typer/click usage error as `error: ...` on one line, in the words tputool's own errors use."""
-    msg = e.message if isinstance(e, _click_errors.BadParameter) else e.format_message()
     param = getattr(e, "param", None)
+    if isinstance(e, _click_errors.MissingParameter) and param is not None:
+        kind = "option" if param.param_type_name == "option" else "argument"
+        shown = max(param.opts, key=len) if kind == "option" and param.opts else _param_name(param)
+        return f"error: missing {kind} {shown}"
+    msg = e.message if isinstance(e, _click_errors.BadParameter) else e.format_message()
     if isinstance(e, _click_errors.BadParameter) and param is not None:
         name = max(param.opts, key=len) if param.param_type_name == "option" and param.opts else \
-            param.human_readable_name
+            _param_name(param)
         m = _NOT_ONE_OF.match(msg)
         msg = (f"{name} must be one of {m.group(2).replace(chr(39), '')}, not {m.group(1)}" if m
                else f"invalid value for {name}: {msg}")
