@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tputool-installed
 
-.PHONY: install demo test test-all lint
+.PHONY: install demo test test-all lint test-cli-oldest
 
 install: $(STAMP)
 
@@ -31,3 +31,17 @@ test-all: install
 
 lint: install
 	$(VENV)/bin/ruff check tputool tests benchmarks
+
+# The CLI suite under the oldest typer/click that pyproject.toml admits (CI runs the pinned newest via `make test`).
+OLD_VENV ?= .venv-oldest
+TYPER_OLDEST ?= 0.12.5
+CLICK_OLDEST ?= 8.1.7
+CLI_TESTS := tests/test_cli_errors.py tests/codemods/test_port_cli.py tests/codemods/test_check_cli.py \
+	tests/diagnose/test_cli.py tests/parity/test_cli.py tests/tune/test_config_cli.py
+
+test-cli-oldest:
+	test -x $(OLD_VENV)/bin/python || $(PYTHON) -m venv $(OLD_VENV)
+	grep -vE '^(typer|click)==' constraints.txt > $(OLD_VENV)/constraints-oldest.txt
+	$(OLD_VENV)/bin/python -m pip install -q -c $(OLD_VENV)/constraints-oldest.txt -e '.[dev]' \
+		typer==$(TYPER_OLDEST) click==$(CLICK_OLDEST)
+	$(OLD_VENV)/bin/python -m pytest -q $(CLI_TESTS)
