@@ -20,6 +20,13 @@ from typer.core import TyperGroup
 from tputool import __version__
 from tputool.errors import UserError
 
+
+class _NoSuchError(Exception):
+    """Stands in for an exception the installed click lacks (NoArgsIsHelpError is click >= 8.2)."""
+
+
+_NO_ARGS_IS_HELP: type[Exception] = getattr(_click_errors, "NoArgsIsHelpError", _NoSuchError)
+_USAGE_ERROR: type[Exception] = getattr(typer, "TyperException", None) or _click_errors.ClickException
 _NOT_ONE_OF = re.compile(r"^(?:Value error, )?(.*) is not one of (.*?)\.?$")
 
 
@@ -95,12 +102,12 @@ class _App(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _click_errors.NoArgsIsHelpError as e:
+        except _NO_ARGS_IS_HELP as e:
             text = e.format_message()  # with rich, the help was printed when the error was made
             if text.strip():
                 typer.echo(text)
             sys.exit(e.exit_code)
-        except typer.TyperException as e:
+        except _USAGE_ERROR as e:
             typer.echo(_one_line(e), err=True)
             sys.exit(2 if isinstance(e, _click_errors.UsageError) else e.exit_code)
         except typer.Abort:
