@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tputool-installed
 
-.PHONY: install demo test test-all lint docs
+.PHONY: install demo test test-all lint docs test-cli-oldest
 
 install: $(STAMP)
 
@@ -35,3 +35,18 @@ lint: install
 # The documentation site (docs/, mkdocs.yml) into build/site; --strict: a broken link or a missing page fails.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The CLI suite under the oldest typer/click that pyproject.toml admits (CI runs the pinned newest via `make test`).
+OLD_VENV ?= .venv-oldest
+TYPER_OLDEST ?= 0.12.5
+CLICK_OLDEST ?= 8.1.7
+# Only the subprocess-based CLI tests: the other CLI test files read CliRunner's result.stderr, which click < 8.2
+# does not capture separately.
+CLI_TESTS := tests/test_cli_errors.py
+
+test-cli-oldest:
+	test -x $(OLD_VENV)/bin/python || $(PYTHON) -m venv $(OLD_VENV)
+	grep -vE '^(typer|click)==' constraints.txt > $(OLD_VENV)/constraints-oldest.txt
+	$(OLD_VENV)/bin/python -m pip install -q -c $(OLD_VENV)/constraints-oldest.txt -e '.[dev]' \
+		typer==$(TYPER_OLDEST) click==$(CLICK_OLDEST)
+	$(OLD_VENV)/bin/python -m pytest -q $(CLI_TESTS)

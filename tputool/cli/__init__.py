@@ -8,22 +8,45 @@ import sys
 from typing import Any
 
 import typer
-from typer._click import exceptions as _click_errors  # Typer 0.29 vendors click; its exceptions live here
+
+try:
+    from typer._click import (
+        exceptions as _click_errors,  # Typer >= 0.29 vendors click; its exceptions live here
+    )
+except ImportError:  # older Typer runs on the installed click
+    from click import exceptions as _click_errors
 from typer.core import TyperGroup
 
 from tputool import __version__
 from tputool.errors import UserError
 
+
+class _NoSuchError(Exception):
+    """Stands in for an exception the installed click lacks (NoArgsIsHelpError is click >= 8.2)."""
+
+
+_NO_ARGS_IS_HELP: type[Exception] = getattr(_click_errors, "NoArgsIsHelpError", _NoSuchError)
+_USAGE_ERROR: type[Exception] = getattr(typer, "TyperException", None) or _click_errors.ClickException
 _NOT_ONE_OF = re.compile(r"^(?:Value error, )?(.*) is not one of (.*?)\.?$")
+
+
+def _param_name(param: Any) -> str:
+    """An argument's name as usage text shows it (SCRIPT); Typer 0.29's arguments lack click's human_readable_name."""
+    name = getattr(param, "human_readable_name", None) or param.metavar or (param.name or "argument").upper()
+    return str(name)
 
 
 def _one_line(e: Exception) -> str:
     """A Typer/click usage error as `error: ...` on one line, in the words tputool's own errors use."""
-    msg = e.message if isinstance(e, _click_errors.BadParameter) else e.format_message()
     param = getattr(e, "param", None)
+    if isinstance(e, _click_errors.MissingParameter) and param is not None:
+        kind = "option" if param.param_type_name == "option" else "argument"
+        shown = max(param.opts, key=len) if kind == "option" and param.opts else _param_name(param)
+        return f"error: missing {kind} {shown}"
+    msg = e.message if isinstance(e, _click_errors.BadParameter) else e.format_message()
     if isinstance(e, _click_errors.BadParameter) and param is not None:
         name = max(param.opts, key=len) if param.param_type_name == "option" and param.opts else \
-            param.human_readable_name
+            _param_name(param)
         m = _NOT_ONE_OF.match(msg)
         msg = (f"{name} must be one of {m.group(2).replace(chr(39), '')}, not {m.group(1)}" if m
                else f"invalid value for {name}: {msg}")
@@ -79,12 +102,12 @@ class _App(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _click_errors.NoArgsIsHelpError as e:
+        except _NO_ARGS_IS_HELP as e:
             text = e.format_message()  # with rich, the help was printed when the error was made
             if text.strip():
                 typer.echo(text)
             sys.exit(e.exit_code)
-        except typer.TyperException as e:
+        except _USAGE_ERROR as e:
             typer.echo(_one_line(e), err=True)
             sys.exit(2 if isinstance(e, _click_errors.UsageError) else e.exit_code)
         except typer.Abort:

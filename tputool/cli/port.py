@@ -77,6 +77,45 @@ def _check_output(path: Path | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: not writable")
 
 
+def _report_bytes(result) -> bytes:
+    """port's JSON report of `result`, as the bytes written to --report."""
+    from tputool.codemods import report as rep
+
+    return (json.dumps(rep.to_json(result, "port"), indent=2) + "\n").encode("utf-8")
+
+
+def _stage(report: Path, data: bytes) -> str:
+    """Write `data` to a temporary file beside `report`; a UserError (nothing else written) when that fails."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{report.name}.", suffix=".tputool-tmp", dir=report.absolute().parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        os.unlink(tmp)
+        raise UserError(f"cannot write report {report}: {e.strerror}; no file written") from None
+    return tmp
+
+
+def _commit(staged: str, report: Path, data: bytes, result) -> None:
+    """Replace the staged report with the final `data` and move it over `report`; on failure say what was written."""
+    try:
+        with open(staged, "wb") as f:
+            f.write(data)
+        os.replace(staged, report)
+    except OSError as e:
+        if os.path.exists(staged):
+            os.unlink(staged)
+        written = [r.display for r in result.files if r.written]
+        listing = "".join(f"\n  {d}" for d in written)
+        raise UserError(f"cannot write report {report}: {e.strerror}; "
+                        f"{len(written)} file(s) were written:{listing}" if written
+                        else f"cannot write report {report}: {e.strerror}; no file written") from None
+
+
 class _Progress:
     """Progress on stderr: a rich bar on a terminal for runs with many files; with --verbose, plain lines too."""
 
@@ -207,7 +246,7 @@ def port(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Progress even off a terminal; list skipped files."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when a file could not be ported or "
                                                               "--diff found changes."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Worker processes (0: all cores, 1: no pool)."),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (0: all cores, 1: no pool)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on long runs (tty only)."),
 ) -> None:
     """Rewrite CUDA code for TPU: show a diff (or --write it), the findings and a summary.
@@ -224,26 +263,36 @@ def port(
         raise UserError("--write and --diff cannot be used together")
     paths, cfg, sel, ign = _prepare(paths, config, select, ignore, max_file_size)
     _check_output(report, "--report")
+    if write and report is not None and report.exists() and not report.is_file():
+        raise UserError(f"--report {report}: with --write the report must be a regular file "
+                        "(it is written beside its target first, so a failure stops the run before any file changes)")
     result = None
+    staged = None
     try:
         result, data = _run(paths, cfg, stdin_filename=stdin_filename, want_diff=True,
                             bar=_Progress(progress, verbose), unsafe_fixes=unsafe_fixes, select=sel, ignore=ign,
                             exclude=exclude or (), jobs=jobs or None)
         if data is not None:
             return _port_stdin(result, data, diff, quiet, exit_zero)
+        if write and report is not None:
+            staged = _stage(report, _report_bytes(result))  # fails here, before any file is touched
         if write:
             writer.apply(result)
     except KeyboardInterrupt:
+        if staged is not None:
+            os.unlink(staged)
         _interrupted(result)
     if not write:
         for r in result.files:
             if r.diff:
                 _print_diff(r.diff)
-    if report is not None:
+    if report is not None and staged is None:
         try:
-            report.write_text(json.dumps(rep.to_json(result, "port"), indent=2) + "\n", encoding="utf-8")
+            report.write_bytes(_report_bytes(result))
         except OSError as e:
             raise UserError(f"cannot write report {report}: {e.strerror}") from None
+    elif staged is not None:
+        _commit(staged, report, _report_bytes(result), result)
     if _nothing_found(result, paths):
         return
     if not (quiet or diff):
@@ -318,7 +367,7 @@ def check(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Progress even off a terminal; list skipped files."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings at or above --fail-on "
                                                               "remain."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Worker processes (0: all cores, 1: no pool)."),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (0: all cores, 1: no pool)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on long runs (tty only)."),
 ) -> None:
     """Report what still needs porting, never writing; exit 1 when a finding at or above --fail-on remains."""

@@ -12,9 +12,9 @@ from tputool.errors import UserError
 def profile_cmd(
     script: str = typer.Argument(None, help="A Python script to run under the profiler (or use --model)."),
     model: str = typer.Option(None, "--model", help="Built-in model (llama, moe, mlp, cnn, vit) or file.py:build_fn."),
-    steps: int = typer.Option(5, "--steps", help="Training steps to trace (--model)."),
+    steps: int = typer.Option(5, "--steps", min=1, help="Training steps to trace (--model)."),
     out: str = typer.Option("tputool-profile", "--out", help="Trace directory (TensorBoard/Perfetto)."),
-    cpu_devices: int = typer.Option(None, "--cpu-devices", help="Simulate N CPU devices (before JAX starts)."),
+    cpu_devices: int = typer.Option(None, "--cpu-devices", min=1, help="Simulate N CPU devices (before JAX starts)."),
     config: str = typer.Option(None, "--config", help="Profile the configuration of a tputool-tune.yaml."),
     set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
 ) -> None:

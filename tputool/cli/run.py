@@ -10,11 +10,11 @@ def run_cmd(
     ctx: typer.Context,
     script: str = typer.Argument(..., help="The training script to run."),
     config: str = typer.Option(None, "--config", help="A tputool-tune.yaml written by `tputool tune`."),
-    cpu_devices: int = typer.Option(None, "--cpu-devices",
+    cpu_devices: int = typer.Option(None, "--cpu-devices", min=1,
                                     help="Simulate N CPU devices (before JAX starts; per process with --nproc)."),
-    nproc: int = typer.Option(None, "--nproc", help="Run N local processes under torchrun (RANK, WORLD_SIZE, ... "
+    nproc: int = typer.Option(None, "--nproc", min=1, help="Run N local processes under torchrun (RANK, WORLD_SIZE, ... "
                                                      "set): a dry run of a pod's process layout."),
-    master_port: int = typer.Option(None, "--master-port", help="With --nproc: torchrun's port (default: a free one)."),
+    master_port: int = typer.Option(None, "--master-port", min=1, max=65535, help="With --nproc: torchrun's port (default: a free one)."),
 ) -> None:
     """Run SCRIPT with a tuned configuration active (tputool.tune.active_config(); TPUTOOL_TUNE_CONFIG), or in
     --nproc local processes under torchrun's launcher (either or both)."""

@@ -6,36 +6,43 @@ import sys
 
 import typer
 
+NOTHING_FITS = 3
+"""`tune`'s exit status when no candidate fits in memory (2 stays the usage error)."""
+
 
 def tune_cmd(
     model: str = typer.Option("llama", "--model", help="Built-in model name or path/to/module.py:build_fn."),
     target: str = typer.Option(None, "--target", help="Predict for a TPU slice (v5e-256, v6e-8, v7x-128, v5e:2x4) "
                                "instead of measuring here."),
     out: str = typer.Option("tputool-tune.yaml", "--out", help="Where to write the winning configuration."),
-    cpu_devices: int = typer.Option(None, "--cpu-devices", help="Measure on N simulated CPU devices."),
-    fraction: float = typer.Option(1 / 3, "--fraction", show_default="1/3", help="Largest share of candidates to run (measured mode)."),
+    cpu_devices: int = typer.Option(None, "--cpu-devices", min=1, help="Measure on N simulated CPU devices."),
+    fraction: float = typer.Option(1 / 3, "--fraction", min=0.0, max=1.0, show_default="1/3", help="Largest share of candidates to run (measured mode)."),
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes per data shard to try."),
     remat: str = typer.Option("auto", "--remat", help="Remat policies to try (none, save-dots, save-qkv, full, "
                               "offload); auto: all a mode can run."),
     attention: str = typer.Option("auto", "--attention", help="Attention implementations to try (plain, "
                                   "chunked:BLOCK, flash:BLOCK); auto: chosen from the sequence length."),
     precision: str = typer.Option("bf16,fp32", "--precision", help="Compute precisions to try."),
-    max_tensor: int = typer.Option(None, "--max-tensor", help="Largest tensor-parallel axis to consider."),
+    max_tensor: int = typer.Option(None, "--max-tensor", min=1, help="Largest tensor-parallel axis to consider."),
     mesh: str = typer.Option(None, "--mesh", help="Only these meshes, e.g. d8f1t1,d2f4t1 (default: all)."),
-    hbm_gb: float = typer.Option(None, "--hbm-gb", help="Memory per device for measured mode (GB)."),
-    steps: int = typer.Option(3, "--steps", help="Profiled steps per measured candidate."),
+    hbm_gb: float = typer.Option(None, "--hbm-gb", min=0.001, help="Memory per device for measured mode (GB)."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Profiled steps per measured candidate."),
     set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
-    global_batch: int = typer.Option(None, "--global-batch", help="Sequences per step (replaces --batch)."),
+    global_batch: int = typer.Option(None, "--global-batch", min=1, help="Sequences per step (replaces --batch)."),
     calibration: str = typer.Option(None, "--calibration", help="Achievable fractions per chip (a YAML "
                                     "written by --calibrate); default: the fit on published runs."),
     calibrate: str = typer.Option(None, "--calibrate", help="Refit the fractions from a profiler trace "
                                   "directory of a real run, write them to --out, and report."),
     config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
-    limit: int = typer.Option(15, "--show", help="Rows of the ranked table to print."),
+    limit: int = typer.Option(15, "--show", min=0, help="Rows of the ranked table to print."),
     html_out: str = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page "
                                  "with plots (needs matplotlib: the report extra)."),
 ) -> None:
-    """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml."""
+    """Search mesh, batch, remat, attention and precision; write the winner to tputool-tune.yaml.
+
+    Exit status: 0 wrote the winner; 2 usage error (bad option or --set) or no candidate ran;
+    3 nothing fits in memory (the table says why and the smallest change that fits).
+    """
     from tputool.profile.devices import host_only_jax, use_cpu_devices
     from tputool.tune.cli_args import build_space, parse_overrides
 
@@ -85,7 +92,9 @@ def tune_cmd(
 
         if result.no_fit is not None:
             change = result.no_fit.change
-            raise UserError("nothing fits" + (f"; smallest change that fits: {change.what}" if change else ""))
+            err = UserError("nothing fits" + (f"; smallest change that fits: {change.what}" if change else ""))
+            err.exit_code = NOTHING_FITS
+            raise err
         raise UserError("no candidate ran successfully: nothing to write")
     console.print(f"wrote {write_config(result, out)}")
 

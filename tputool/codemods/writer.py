@@ -16,7 +16,7 @@ import os
 import stat
 import tempfile
 
-from tputool.codemods.engine import CHANGED, ERROR, RunResult
+from tputool.codemods.engine import CHANGED, ERROR, FileResult, RunResult
 from tputool.codemods.textio import encode
 
 
@@ -97,28 +97,38 @@ def refusal(path: str) -> str | None:
     return None
 
 
+def _not_written(r: FileResult, why: str) -> None:
+    """Mark a changed file that was not written: an error, and its findings no longer count as fixed."""
+    r.status, r.error = ERROR, why
+    for f in r.findings:
+        if f.fixed:
+            f.fixed = f.fixable = False
+
+
 def apply(result: RunResult) -> int:
     """Write every changed file of `result`; returns how many were written.
 
     A file whose bytes changed since it was read, that is read-only, reached through a symlink from
-    outside the scanned paths, or that cannot be written is marked ERROR and skipped.
+    outside the scanned paths, or that cannot be written is marked ERROR, its fixes unapplied, and skipped.
+    On KeyboardInterrupt a file whose new bytes already reached the disk is still marked written.
     """
     written = 0
     for r in result.files:
         if r.status != CHANGED or r.new_text is None or r.encoding is None:
             continue
         if r.outside:
-            r.status, r.error = ERROR, "symlink to a file outside the scanned paths; not written through"
+            _not_written(r, "symlink to a file outside the scanned paths; not written through")
             continue
+        data = b""
         try:
             with open(r.path, "rb") as f:
                 old = f.read()
             if hashlib.sha1(old).hexdigest() != r.digest:
-                r.status, r.error = ERROR, "file changed on disk while porting; not written"
+                _not_written(r, "file changed on disk while porting; not written")
                 continue
             why = refusal(r.path)
             if why is not None:
-                r.status, r.error = ERROR, why
+                _not_written(r, why)
                 continue
             data = encode(r.new_text, r.encoding)
             if os.stat(r.path).st_nlink > 1:
@@ -126,8 +136,20 @@ def apply(result: RunResult) -> int:
             else:
                 write_atomic(r.path, data)
         except OSError as e:
-            r.status, r.error = ERROR, f"cannot write: {e.strerror or e}"
+            _not_written(r, f"cannot write: {e.strerror or e}")
             continue
+        except KeyboardInterrupt:
+            r.written = bool(data) and _holds(r.path, data)
+            raise
         r.written = True
         written += 1
     return written
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the file at `path` now holds exactly `data` (an interrupted write may or may not have landed)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False

@@ -41,6 +41,12 @@ class LlamaConfig:
         return cls(vocab_size=8192, dim=512, n_layers=6, n_heads=8, n_kv_heads=4, ffn_dim=1408, max_seq_len=256,
                    tie_embeddings=False)
 
+    def check(self) -> None:
+        """Raise ValueError when the sizes cannot build a decoder (heads must divide the widths)."""
+        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"dim ({self.dim}) must divide by n_heads ({self.n_heads}) and n_heads by "
+                             f"n_kv_heads ({self.n_kv_heads})")
+
     @property
     def head_dim(self) -> int:
         """Per-head width."""

@@ -39,6 +39,14 @@ class MoEConfig(LlamaConfig):
     top_k: int = 2
     dispatch: str | None = None
 
+    def check(self) -> None:
+        """LlamaConfig's checks plus 1 <= top_k <= n_experts and a known dispatch."""
+        super().check()
+        if not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
+        if self.dispatch is not None and self.dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch must be one of {', '.join(DISPATCHES)}, got {self.dispatch!r}")
+
     @classmethod
     def small(cls) -> MoEConfig:
         """A benchmark-sized config with 8 experts, 2 per token."""

@@ -45,7 +45,40 @@ class ModelSpec:
             raise UserError(
                 f"model '{self.name}' has no config field {', '.join(unknown)} (fields: {', '.join(sorted(fields))})"
             )
-        return dataclasses.replace(cfg, **overrides)
+        for key, value in overrides.items():
+            _check_override(self.name, key, value, getattr(cfg, key))
+        cfg = dataclasses.replace(cfg, **overrides)
+        if hasattr(cfg, "check"):
+            try:
+                cfg.check()
+            except ValueError as e:
+                raise UserError(f"model '{self.name}': {e}") from None
+        return cfg
+
+
+def _check_override(model: str, key: str, value: Any, default: Any) -> None:
+    """A config override has its default's type (an int is a float too) and, for sizes, is positive."""
+    if default is None or isinstance(default, str):
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"model '{model}': {key} must be text, got {value!r}")
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+        want = "True or False"
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        want = "a positive integer"
+    elif isinstance(default, float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        want = "a positive number"
+    elif isinstance(default, tuple):
+        ok = isinstance(value, tuple | list) and len(value) > 0 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        want = "a tuple of positive integers like (16, 32)"
+    else:
+        return
+    if not ok:
+        raise UserError(f"model '{model}': {key} must be {want}, got {value!r}")
 
 
 def classification_loss(output: Tensor, targets: Tensor) -> Tensor:

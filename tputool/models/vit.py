@@ -24,6 +24,13 @@ class ViTConfig:
     mlp_dim: int = 128
     num_classes: int = 10
 
+    def check(self) -> None:
+        """Raise ValueError when the sizes cannot build a ViT (patches tile the image, heads divide dim)."""
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must divide by patch_size ({self.patch_size})")
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim ({self.dim}) must divide by n_heads ({self.n_heads})")
+
 
 class EncoderBlock(nn.Module):
     """Pre-norm block: multi-head self-attention (SDPA, no mask) then a GELU MLP."""
