@@ -83,6 +83,12 @@ _N_STREAM = "XLA orders TPU work itself; side streams rarely overlap anything, c
 _MEMORY_CONFIG = ("torch.cuda.set_per_process_memory_fraction", "torch.cuda.memory.set_per_process_memory_fraction",
                   "torch.cuda.memory._record_memory_history", "torch.cuda.memory._dump_snapshot")
 _SDP_SWITCHES = ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp", "enable_cudnn_sdp")
+# Fields of CUDA's device properties that torch.tpu's have not: reading one makes get_device_properties() a CUDA
+# hardware query (TPU203); they are its trigger words, so the statements reading them are never masked.
+CUDA_PROPERTY_FIELDS = ("major", "minor", "multi_processor_count", "gcnArchName", "L2_cache_size", "warp_size",
+                        "max_threads_per_multi_processor", "regs_per_multiprocessor", "shared_memory_per_block",
+                        "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "is_integrated",
+                        "is_multi_gpu_board", "uuid", "pci_bus_id", "pci_device_id", "pci_domain_id")
 _LOW_PRECISION_MM = "_scaled_mm _int_mm _grouped_mm _weight_int4pack_mm _weight_int8pack_mm"
 
 
@@ -221,18 +227,23 @@ set_device is rewritten too.""",
                           "manual_seed_all initial_seed is_initialized", RENAME, target="torch.tpu."))),
     _rule("TPU202", "cuda-device-info", W, SAFE, AUTO_N, (22,),
           "torch.cuda device name/properties; use torch.tpu",
-          """`torch.cuda.get_device_name()`, `get_device_properties(i)` exist on torch.tpu. Note: the properties
-object has TPU fields; CUDA-only fields (`major`, `minor`, `multi_processor_count`) are absent.""",
+          """`torch.cuda.get_device_name()`, `get_device_properties(i)` exist on torch.tpu (a "cuda" device argument
+becomes "tpu"). Note: the properties object has TPU fields (`name`, `total_memory`, ...); where the code reads a
+CUDA-only field (`major`, `minor`, `multi_processor_count`) the call is a hardware query, kept as CUDA (TPU203).""",
           "name = torch.cuda.get_device_name(0)", "name = torch.tpu.get_device_name(0)",
           port=Port(triggers=("cuda",), refs=_many(
               "get_device_name get_device_properties", RENAME, target="torch.tpu.",
               note="the properties object has TPU fields; CUDA-only ones (major/minor/multi_processor_count) are absent"))),
     _rule("TPU203", "cuda-capability-check", W, NOFIX, REVIEW, (23,),
           "CUDA compute-capability check has no TPU meaning",
-          """`torch.cuda.get_device_capability()` and checks like `>= (8, 0)` gate features on GPU generations.
-On TPU remove the check (bf16 and fast matmuls are always available) or test `torch.tpu.is_available()`.""",
+          """`torch.cuda.get_device_capability()`, `torch.cuda.get_device_properties(d).major/.minor/
+.multi_processor_count` and checks like `>= (8, 0)` gate features on GPU generations. Port leaves such a query as
+it is, arguments included (on a machine without CUDA the original takes its non-CUDA path, and so does the port;
+an availability check guarding it stays too, TPU220). On TPU remove the check (bf16 and fast matmuls are always
+available) or test `torch.tpu.is_available()`.""",
           "if torch.cuda.get_device_capability() >= (8, 0): use_bf16 = True", None,
-          port=Port(triggers=("cuda",), refs=(("torch.cuda.get_device_capability", NameRef()),))),
+          port=Port(triggers=("cuda",), words=CUDA_PROPERTY_FIELDS,
+                    refs=(("torch.cuda.get_device_capability", NameRef()),))),
     _rule("TPU204", "bf16-supported", W, SAFE, AUTO_N, (24,),
           "`torch.cuda.is_bf16_supported()` is True on TPU",
           """TPUs compute natively in bfloat16, so the check is replaced by `True`.""",
@@ -362,6 +373,17 @@ unwrapped. Note: use `tputool profile` or torch.profiler for TPU traces.""",
                            "torch.cuda.profiler.start", "torch.cuda.profiler.stop"),
                unwrap=("torch.autograd.profiler.emit_nvtx",),
                fix_note="use torch.profiler.record_function for TPU trace markers")),
+    _rule("TPU220", "cuda-only-guard", W, NOFIX, REVIEW, (16,),
+          "availability check guarding CUDA-only code; kept as a CUDA check",
+          """`assert torch.cuda.is_available(), "... APEX ..."`, `if torch.cuda.is_available(): import
+bitsandbytes`, `if not torch.cuda.is_available(): return` before a CUDA hardware query (TPU203). Where what the
+check protects is CUDA-only (the guarded code imports or uses apex, bitsandbytes, flash_attn, xformers, triton,
+RAPIDS, CuPy, ..., or queries CUDA hardware, or the check's message names such a library), moving the check to
+torch.tpu would let the CUDA-only code run (and fail later); it stays a CUDA check, so on TPU that code is skipped,
+or the assertion fails, as on any machine without CUDA. Other checks move with the device (TPU201). Replace the
+dependency (see its own finding), then drop or move the check.""",
+          'assert torch.cuda.is_available(), "CUDA required for APEX optimizers"', None,
+          port=Port(triggers=("cuda", "cupy", "pycuda", "transformer_engine", "numba"))),
     _rule("TPU219", "cuda-api-unknown", W, NOFIX, REVIEW, (),
           "torch.cuda API with no known TPU equivalent",
           """Any other `torch.cuda.*` use that no other rule covers. Look for the torch.tpu name or remove it.""",

@@ -80,6 +80,8 @@ def _port(source: str, path: str, settings: Settings, index, imports, whole: boo
     transformer = cls(context, source, path, settings, wrapper, index, imports)
     new_module = wrapper.visit(transformer)
     transformer.finish()
+    if not whole and transformer.needs_whole:
+        return None
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.col, f.code))
     if not any(f.fixed for f in findings):
         return source, findings

@@ -90,6 +90,9 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
         if q.startswith(CUDA_CATCH_ALL[0] + "."):
             t.fire(CUDA_CATCH_ALL[1], orig, message=f"{q} has no known TPU equivalent; remove it or find the "
                                                     "torch.tpu name")
+            parent = t.parent(orig)
+            if isinstance(parent, cst.Call) and parent.func is orig:
+                t.hold(parent)
         elif q.startswith("torch.ops."):
             ns = q.split(".")[2] if q.count(".") >= 2 else ""
             if ns and ns not in BUILTIN_OP_NAMESPACES and q.count(".") >= 3:
@@ -98,6 +101,10 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
         return upd
     key, ref = hit
     if ref.kind == ASSIGN:
+        return upd
+    call = t.parent(orig)
+    call = call if isinstance(call, cst.Call) and call.func is orig else None
+    if call is not None and _kept_as_cuda(t, key, call):
         return upd
     if ref.kind == OWNED:
         if not _called_or_decorated(t, orig):
@@ -112,6 +119,8 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
             severity = Severity.INFO
             message = f"{ref.message} (through an optional import: runs only where the library is installed)"
         t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
+        if call is not None and q.startswith(("torch.cuda.", "torch.backends.cudnn.", "torch.version.")):
+            t.hold(call)  # a CUDA call left as it is keeps its arguments: nothing in it is half-moved
         return upd
     # RENAME
     if q in FP16_QNAMES and _in_autocast_dtype(t, orig):
@@ -131,6 +140,31 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     if isinstance(upd, cst.Name | cst.Attribute) and (upd.lpar or upd.rpar) and hasattr(new, "lpar"):
         new = new.with_changes(lpar=upd.lpar, rpar=upd.rpar)
     return new
+
+
+def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
+    """TPU203/TPU220: a CUDA hardware query, or an availability check guarding CUDA-only code, stays CUDA
+    (held whole: its arguments are not moved either) and is reported; True when so."""
+    from tputool.codemods.python.cuda_only import PROPERTIES, cuda_query, guarded_cuda_only
+
+    if key == PROPERTIES:
+        what = cuda_query(t, call)
+        if what is None:
+            return False
+        t.fire("TPU203", call, fixable=False,
+               message=f"CUDA hardware query ({what}): kept as CUDA, so it runs only where CUDA is available; the "
+                       "tpu properties have no such fields")
+    elif key == "torch.cuda.is_available":
+        what = guarded_cuda_only(t, call)
+        if what is None:
+            return False
+        t.fire("TPU220", call, fixable=False,
+               message=f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
+                       "code is skipped (or the check fails) on TPU as on any machine without CUDA")
+    else:
+        return False
+    t.hold(call)
+    return True
 
 
 def _matters_here(t: PortBase, code: str, orig: cst.CSTNode) -> bool:
@@ -304,15 +338,29 @@ _LEGACY_DTYPES = {"HalfTensor": "float16", "FloatTensor": "float32", "DoubleTens
                   "BFloat16Tensor": "bfloat16"}
 
 
-def _default_tensor_type(t: PortBase, call: cst.Call) -> str | None:
-    """The dtype of `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (or its string form), else None."""
+def _default_tensor_type(t: PortBase, call: cst.Call, prefix: str = "torch.cuda.") -> str | None:
+    """The dtype of `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (or its string form), else None;
+    with `prefix="torch."`, of a CPU type (`torch.FloatTensor`: the restore of a CUDA default)."""
     if t.qname(call.func) != "torch.set_default_tensor_type" or len(call.args) != 1:
         return None
     arg = call.args[0].value
     name = t.qname(arg) if isinstance(arg, cst.Attribute) else (literal(arg) or "")
-    if not name or not name.startswith("torch.cuda."):
+    if not name or not name.startswith(prefix) or name.count(".") != prefix.count("."):
         return None
     return _LEGACY_DTYPES.get(name.rsplit(".", 1)[-1])
+
+
+def _sets_cuda_default(t: PortBase) -> bool:
+    """True when the file sets a CUDA default tensor type somewhere (its CPU restores then move with it)."""
+    found = getattr(t, "_sets_cuda_default", None)
+    if found is None:
+        import libcst.matchers as m
+
+        found = any(_default_tensor_type(t, c) is not None for c in m.findall(
+            t.wrapper.module, m.Call(func=m.Attribute(attr=m.Name("set_default_tensor_type")) |
+                                     m.Name("set_default_tensor_type"))))
+        t._sets_cuda_default = found
+    return found
 
 
 def _in_default_tensor_type(t: PortBase, orig: cst.CSTNode) -> bool:
@@ -335,6 +383,13 @@ def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
                 dtype = "bfloat16"  # what TPU306's unsafe fix would make of it on the next run
             return [cst.Expr(t.expr(f'{t.torch("set_default_device")}("tpu")')),
                     cst.Expr(t.expr(f'{t.torch("set_default_dtype")}({t.torch(dtype)})'))]
+        restore = _default_tensor_type(t, o.value, "torch.")
+        if restore is not None and _sets_cuda_default(t) and t.fire(
+                "TPU213", o.value, message="set_default_tensor_type(torch.*Tensor) restores the CPU default after a "
+                                           "CUDA one: the default device is reset with the dtype"):
+            t.replaced(o.value.func)
+            return [cst.Expr(t.expr(f'{t.torch("set_default_device")}("cpu")')),
+                    cst.Expr(t.expr(f'{t.torch("set_default_dtype")}({t.torch(restore)})'))]
         q = t.qname(o.value.func)
         code = STATEMENT_CALLS.get(q) if q else None
         if code is not None and t.fire(code, o.value, note=_note(code)):

@@ -47,6 +47,8 @@ class PortBase(cst.CSTTransformer):
         self._text: str | None = None
         self._optional: frozenset[str] | None = None
         self.reported_once: set[str] = set()  # codes reported once per file (TPU603)
+        self.needs_whole = False  # an analysis met a statement hidden as cold: port the whole file instead
+        self.held: set[cst.CSTNode] = set()  # original nodes kept as CUDA code: nothing inside is rewritten
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:
@@ -171,6 +173,15 @@ class PortBase(cst.CSTTransformer):
         """The parent of an original node (None at the module); known for every node visited so far."""
         return self._parents.get(node)
 
+    def know_parents(self, root: cst.CSTNode) -> None:
+        """Record the parents inside an original subtree not visited yet (analyses reading ahead of the visit)."""
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            for child in node.children:
+                self._parents.setdefault(child, node)
+                stack.append(child)
+
     def pos(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, column) of an original node."""
         if self._positions is None:
@@ -196,7 +207,7 @@ class PortBase(cst.CSTTransformer):
         `severity` lowers the rule's severity where the context makes the finding matter less.
         """
         rule = RULES[code]
-        if not self.settings.enabled(code):
+        if not self.settings.enabled(code) or (self.held and self.inside_held(node)):
             return False
         line, col = self.pos(node)
         key = (code, line, col)
@@ -220,6 +231,19 @@ class PortBase(cst.CSTTransformer):
                                      fixed=apply, fixable=has_fix, extra=extra))
         self._decided[key] = apply
         return apply
+
+    def hold(self, node: cst.CSTNode) -> None:
+        """Keep an original node as CUDA code: no rule reports or rewrites anything inside it afterwards."""
+        self.held.add(node)
+
+    def inside_held(self, node: cst.CSTNode) -> bool:
+        """True when an original node lies inside (or is) a node kept by `hold`."""
+        cur: cst.CSTNode | None = node
+        while cur is not None:
+            if cur in self.held:
+                return True
+            cur = self.parent(cur)
+        return False
 
     # ---- building nodes ----
     def torch(self, dotted: str = "") -> str:
