@@ -51,6 +51,7 @@ COMPILE_CALL = Hook("Call", "dist.compile_call", 180)
 FUSED_OPTIMIZER = Hook("Call", "dist.fused_optimizer", 190)
 HF_KWARGS = Hook("Call", "dist.hf_kwargs", 200)
 CALL_LINTS = Hook("Call", "perf.call_lints", 210)
+KERNEL_REGISTRATION = Hook("Call", "api.cuda_kernel_registration", 220)
 BF16_SUPPORTED = Hook("Call", "api.bf16_supported", 900)  # last: it may replace the call by `True`
 # Other node kinds (the reference machinery runs after an Attribute's handlers).
 IS_CUDA_ATTR = Hook("Attribute", "device.is_cuda_attr")
@@ -533,13 +534,13 @@ The unsafe fix puts 'tpu' in place of the literal; check the logic still holds."
           port=Port(triggers=("nccl",), hooks=(COMPARISON, BACKEND_ASSIGN))),
     _rule("TPU408", "cuda-version-check", W, NOFIX, REVIEW, (47,),
           "NCCL/CUDA/cuDNN version or availability check",
-          """`dist.is_nccl_available()`, `torch.cuda.nccl.version()`, `torch.version.cuda`,
+          """`import torch.cuda.nccl`, `dist.is_nccl_available()`, `torch.cuda.nccl.version()`, `torch.version.cuda`,
 `torch.backends.cudnn.version()`, `torch.backends.cudnn.is_available()` are False/None on TPU. Remove or
 guard them.""",
           "print(torch.version.cuda, torch.backends.cudnn.version())", None,
           port=Port(triggers=("cuda", "cudnn", "nccl"), refs=_many(
               "torch.cuda.nccl torch.version.cuda torch.backends.cudnn.version torch.backends.cudnn.is_available "
-              "torch.distributed.is_nccl_available", prefix=""))),
+              "torch.distributed.is_nccl_available", prefix=""), imports=("torch.cuda.nccl",))),
     _rule("TPU409", "ddp-device-ids", INFO, UNSAFE, REVIEW, (48,),
           "DDP device_ids/output_device: on tpu they index tpu devices; keep them equal to the process's device",
           """`DistributedDataParallel(model, device_ids=[local_rank], output_device=local_rank)` works on tpu (the indices
@@ -634,9 +635,12 @@ branch, or collapse the ladder onto `torch.accelerator.current_accelerator()`.""
     _rule("TPU502", "cuda-extension", E, NOFIX, BLOCKER, (62,),
           "custom CUDA extension/op cannot run on TPU",
           """`torch.utils.cpp_extension.load(...)`, `load_inline(cuda_sources=...)`, `CUDAExtension`, `CUDA_HOME`,
-and calls of custom ops `torch.ops.<ns>.<op>`. Re-express the op with torch ops or a Pallas kernel.""",
+calls of custom ops `torch.ops.<ns>.<op>`, and custom-op kernels registered for CUDA only
+(`torch.library.custom_op(..., device_types="cuda")`, `torch.library.impl(op, "cuda")`, `register_kernel(op,
+"cuda")`, `Library.impl(op, fn, "CUDA")`): the tpu device never dispatches to such a kernel (the finding names the
+op). Re-express the op with torch ops or a Pallas kernel and register it for tpu.""",
           'ext = load(name="fused", sources=["fused.cpp", "fused_kernel.cu"])', None,
-          port=Port(triggers=("cpp_extension", "CUDA", "torch.ops"),
+          port=Port(triggers=("cpp_extension", "CUDA", "torch.ops", "cuda"), hooks=(KERNEL_REGISTRATION,),
                refs=_many("load load_inline CUDAExtension CUDA_HOME", prefix="torch.utils.cpp_extension."))),
     _rule("TPU503", "cuda-only-aten-op", W, NOFIX, REVIEW, (63,),
           "CUDA-only aten op (int4/int8/fp8 matmul)",
@@ -719,6 +723,16 @@ Remove, or read TPU runtime metrics.""",
           port=Port(triggers=("nvml", "GPUtil", "nvidia", "gpustat", "cuda"), hooks=(STRING_LITERAL,),
                refs=_many("utilization temperature power_draw clock_rate"),
                imports=("pynvml", "GPUtil", "py3nvml", "nvidia_smi"))),
+    _rule("TPU513", "rapids", E, NOFIX, BLOCKER, (),
+          "RAPIDS (cuML, cuDF, ...) runs only on NVIDIA GPUs",
+          """`import cuml`, `cudf`, `cugraph`, `cuspatial`, `cucim`, `cuvs`, `pylibraft`, `dask_cudf`, `rmm`: RAPIDS
+libraries keep their data in GPU memory and run CUDA kernels. Use their CPU counterparts (scikit-learn for cuML,
+pandas for cuDF, ...) on the host, or torch ops on the tpu device.""",
+          "from cuml.cluster import KMeans", None,
+          port=Port(triggers=("cuml", "cudf", "cugraph", "cuspatial", "cucim", "pylibraft"), words=("rmm", "cuvs"),
+                    refs=_many("cuml cudf cugraph cuspatial cucim cuvs pylibraft dask_cudf rmm", prefix=""),
+                    imports=("cuml", "cudf", "cugraph", "cuspatial", "cucim", "cuvs", "pylibraft", "dask_cudf",
+                             "rmm"))),
     # ---- TPU6xx performance lints ----
     _rule("TPU601", "host-sync-in-loop", INFO, NOFIX, REVIEW, (76,),
           "host sync inside a loop stalls the TPU pipeline",

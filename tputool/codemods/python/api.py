@@ -67,6 +67,15 @@ def _called_or_decorated(t: PortBase, orig: cst.CSTNode) -> bool:
     return (isinstance(parent, cst.Call) and parent.func is orig) or isinstance(parent, cst.Decorator)
 
 
+def _partial_callee(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for the callee of `functools.partial(torch.cuda.amp.autocast, ...)`, which TPU301 rewrites."""
+    from tputool.codemods.python.amp import partial_of
+
+    arg = t.parent(orig)
+    call = t.parent(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and partial_of(t, call, AUTOCAST_CUDA) and call.args[0] is arg
+
+
 def _in_autocast_dtype(t: PortBase, orig: cst.CSTNode) -> bool:
     arg = t.parent(orig)
     if not isinstance(arg, cst.Arg):
@@ -107,7 +116,7 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     if call is not None and _kept_as_cuda(t, key, call):
         return upd
     if ref.kind == OWNED:
-        if not _called_or_decorated(t, orig):
+        if not _called_or_decorated(t, orig) and not _partial_callee(t, orig):
             t.fire(ref.code, orig, fixable=False, message=ref.message)
         return upd
     if ref.kind == FIND:
@@ -491,4 +500,45 @@ def string_literal(t: PortBase, orig: cst.SimpleString, upd: cst.BaseExpression)
         t.fire("TPU413", orig, message=f"{v} has no effect on TPU; remove it")
     elif v.split(" ")[0] in ("nvidia-smi", "gpustat"):
         t.fire("TPU512", orig)
+    return upd
+
+
+_KERNEL_REGISTRATIONS = {"torch.library.custom_op": "device_types", "torch.library.impl": "types",
+                         "torch.library.register_kernel": "device_types"}
+
+
+def _device_types(node: cst.BaseExpression) -> list[str] | None:
+    """The literal device types of a registration argument ("cuda", ["cpu", "cuda"]), else None."""
+    elems = [e.value for e in node.elements] if isinstance(node, cst.List | cst.Tuple | cst.Set) else [node]
+    words = [literal(e) for e in elems]
+    return None if any(w is None for w in words) else [w.lower() for w in words]
+
+
+def cuda_kernel_registration(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU502: a custom op kernel registered for CUDA and not for tpu (`torch.library.custom_op(...,
+    device_types="cuda")`, `torch.library.impl(name, "cuda")`, `register_kernel(op, "cuda")`, `op.register_kernel(
+    "cuda")`, `Library.impl(name, fn, "CUDA")`): the tpu device never dispatches to it. Reported with the op's name."""
+    kw = _KERNEL_REGISTRATIONS.get(q or "")
+    func = orig.func
+    method = isinstance(func, cst.Attribute) and q is None and func.attr.value in ("register_kernel", "impl")
+    if kw is None and not method:
+        return upd
+    positional = [a.value for a in orig.args if a.keyword is None]
+    named = {a.keyword.value: a.value for a in orig.args if a.keyword is not None}
+    if kw is not None:  # torch.library.X(op, types)
+        name_node, types = (positional or [named.get("qualname") or named.get("name")])[0], (
+            named.get(kw) if kw in named else positional[1] if len(positional) > 1 else None)
+    elif func.attr.value == "register_kernel":  # op.register_kernel(types)
+        name_node, types = func.value, named.get("device_types") or (positional[0] if positional else None)
+    else:  # Library.impl(op_name, fn, dispatch_key)
+        name_node = positional[0] if positional else named.get("op_name")
+        types = named.get("dispatch_key") or (positional[2] if len(positional) > 2 else None)
+    kinds = _device_types(types) if types is not None else None
+    if not kinds or "cuda" not in kinds or {"tpu", "privateuse1", "privateuseone"} & set(kinds):
+        return upd
+    name = (literal(name_node) if name_node is not None else None) or (t.code(name_node) if name_node else "?")
+    t.fire("TPU502", orig, fixable=False,
+           message=f"custom op {name} has its kernel registered for {', '.join(kinds)} only: the tpu device never "
+                   "dispatches to it; register a tpu kernel (torch ops, or a Pallas kernel through "
+                   "torch.tpu.pallas.jax_op)")
     return upd
