@@ -90,6 +90,9 @@ CUDA_PROPERTY_FIELDS = ("major", "minor", "multi_processor_count", "gcnArchName"
                         "max_threads_per_multi_processor", "regs_per_multiprocessor", "shared_memory_per_block",
                         "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "is_integrated",
                         "is_multi_gpu_board", "uuid", "pci_bus_id", "pci_device_id", "pci_domain_id")
+# torch.optim classes whose fused=True step the tpu device runs as one computation (backend/lowerings/optim.py;
+# tests/backend/test_rule_capabilities.py holds this against the backend): fused=True on others is TPU418.
+FUSED_ON_TPU = ("Adam", "AdamW", "SGD")
 _LOW_PRECISION_MM = "_scaled_mm _int_mm _grouped_mm _weight_int4pack_mm _weight_int8pack_mm"
 
 
@@ -255,10 +258,11 @@ available) or test `torch.tpu.is_available()`.""",
     _rule("TPU205", "cuda-event", W, SAFE, AUTO_N, (25,),
           "torch.cuda.Event; use torch.tpu.Event",
           """`torch.cuda.Event(enable_timing=True)` with `.record()`, `.elapsed_time()`, `.synchronize()`.
-Note: torch.tpu.Event is assumed to offer the same methods; check timings against a profile.""",
+Note: torch.tpu.Event has the same methods (record, elapsed_time, synchronize, query, wait); it times the
+host's view of device work, so check timings against a profile.""",
           "start = torch.cuda.Event(enable_timing=True)", "start = torch.tpu.Event(enable_timing=True)",
           port=Port(triggers=("cuda",), refs=(("torch.cuda.Event", NameRef(
-              RENAME, "torch.tpu.Event", note="torch.tpu.Event is assumed to offer record/elapsed_time/synchronize")),))),
+              RENAME, "torch.tpu.Event", note="torch.tpu.Event times the host's view of device work; check against a profile")),))),
     _rule("TPU206", "cuda-stream", W, SAFE, AUTO_N, (26,),
           "CUDA stream API; use torch.tpu streams",
           """`torch.cuda.Stream`, `torch.cuda.stream(s)`, `current_stream()`, `default_stream()`, `set_stream()`
@@ -317,7 +321,8 @@ equivalent and are reported.""",
     _rule("TPU212", "cuda-oom-error", W, UNSAFE, REVIEW, (30,),
           "`torch.cuda.OutOfMemoryError` only catches CUDA OOMs",
           """`except torch.cuda.OutOfMemoryError` will not catch a TPU out-of-memory. The unsafe fix uses the
-device-generic `torch.OutOfMemoryError`; check what the TPU backend raises (often a RuntimeError).""",
+device-generic `torch.OutOfMemoryError`, which the tpu device raises when its memory is exhausted (in recent PyTorch
+`torch.cuda.OutOfMemoryError` is that same class, so the rename changes nothing on CUDA).""",
           "except torch.cuda.OutOfMemoryError:", "except torch.OutOfMemoryError:",
           port=Port(triggers=("cuda", "OutOfMemory"),
                refs=(("torch.cuda.OutOfMemoryError", NameRef(RENAME, "torch.OutOfMemoryError")),))),
@@ -410,8 +415,8 @@ float16).""",
           port=Port(triggers=("cuda", "autocast"), hooks=(GENERIC_AUTOCAST,))),
     _rule("TPU303", "autocast-fp16", W, UNSAFE, REVIEW, (32,),
           "autocast with dtype=float16; TPUs compute in bfloat16",
-          """An explicit `dtype=torch.float16` in autocast. float16 autocast may be unsupported or slow on TPU
-and needs loss scaling; bfloat16 does not. The unsafe fix switches to bfloat16.""",
+          """An explicit `dtype=torch.float16` in autocast. tpu autocast supports bfloat16 (and float32) only: with
+float16 it warns and disables itself, so the region runs in float32; bfloat16 also needs no loss scaling. The unsafe fix switches to bfloat16.""",
           'with torch.autocast("tpu", dtype=torch.float16):', 'with torch.autocast("tpu", dtype=torch.bfloat16):',
           port=Port(triggers=("float16", "half", "autocast"), hooks=(CUDA_AUTOCAST, GENERIC_AUTOCAST))),
     _rule("TPU304", "grad-scaler", W, SAFE, AUTO_N, (33, 35),
@@ -587,7 +592,8 @@ accelerator activity (PrivateUse1), or use `tputool profile`.""",
     _rule("TPU415", "compile-backend", W, SAFE, AUTO, (58,),
           'torch.compile uses Inductor by default; use backend="tpu"',
           """`torch.compile(model)` and `@torch.compile` get `backend="tpu"`; an explicit `backend="inductor"`
-becomes "tpu" (Inductor on TPU is refused).""",
+becomes "tpu". (On tpu tensors, Inductor's graphs are handed to the tpu backend when no mode/options are set and
+refused otherwise; the fix names the backend that runs.)""",
           "model = torch.compile(model)", 'model = torch.compile(model, backend="tpu")',
           port=Port(words=("compile",), triggers=("backend",), hooks=(ARGPARSE, COMPILE_CALL, DECORATOR),
                refs=(("torch.compile", NameRef(OWNED)),))),
@@ -608,11 +614,13 @@ not what the TPU compiler lowers; prefer `torch.compile(backend="tpu")` for spee
           "scripted = torch.jit.script(model)", None,
           port=Port(triggers=("jit",), refs=_many("script script_method", prefix="torch.jit."))),
     _rule("TPU418", "fused-optimizer", W, UNSAFE, REVIEW, (66,),
-          "fused=True optimizer kernels are CUDA-only",
-          """`torch.optim.AdamW(..., fused=True)` (or `fused=use_fused`). The fused implementation is for CUDA; on
-TPU drop it (XLA fuses the update) or use `torch.tpu.optimizers.AdamW`. The unsafe fix drops a literal
-`fused=True`.""",
-          "opt = torch.optim.AdamW(params, lr=lr, fused=True)", "opt = torch.optim.AdamW(params, lr=lr)",
+          "fused=True on an optimizer the tpu device has no fused step for: its step runs on the CPU",
+          f"""`torch.optim.Adagrad(..., fused=True)` (or `fused=use_fused`) and other optimizers outside
+{", ".join(FUSED_ON_TPU)}. The tpu device runs the fused {"/".join(FUSED_ON_TPU)} steps as one computation (so
+`fused=True` on those is left as it is and not reported); other fused kernels have no tpu lowering and run on the
+CPU, copying every parameter, gradient and state to the host and back each step. Drop `fused=True` there (the
+for-each implementation runs on tpu) or use `torch.tpu.optimizers`. The unsafe fix drops a literal `fused=True`.""",
+          "opt = torch.optim.Adagrad(params, lr=lr, fused=True)", "opt = torch.optim.Adagrad(params, lr=lr)",
           port=Port(triggers=("fused",), hooks=(FUSED_OPTIMIZER,))),
     _rule("TPU419", "multi-backend-ladder", INFO, NOFIX, REVIEW, (85,),
           "device-selection ladder without a TPU branch",

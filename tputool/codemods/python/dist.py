@@ -13,6 +13,7 @@ from tputool.codemods.python.tables import (
     INIT_PROCESS_GROUP,
     OPTIMIZER_NAMES,
 )
+from tputool.rules.port import FUSED_ON_TPU
 
 
 def _nccl_to_tpu(node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -79,9 +80,10 @@ def compile_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
 
 
 def fused_optimizer(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU418: torch.optim.X(..., fused=True); unsafe fix drops a literal True."""
+    """TPU418: torch.optim.X(..., fused=True) for an X the tpu device has no fused step for (FUSED_ON_TPU runs
+    fused); the unsafe fix drops a literal True."""
     name = q.rsplit(".", 1)[-1] if q else (upd.func.value if isinstance(upd.func, cst.Name) else None)
-    if not ((q and q.startswith("torch.optim.")) or name in OPTIMIZER_NAMES):
+    if not ((q and q.startswith("torch.optim.")) or name in OPTIMIZER_NAMES) or name in FUSED_ON_TPU:
         return upd
     idx = next((i for i, a in enumerate(upd.args) if a.keyword is not None and a.keyword.value == "fused"), None)
     if idx is None:
