@@ -186,7 +186,9 @@ def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None)
         if not fp16_is_deliberate(t, orig) and t.fire("TPU306", orig):
             return upd.with_changes(func=func.with_changes(attr=cst.Name("bfloat16")))
     elif name == "double" and not upd.args:
-        if t.uses_accelerator:
+        from tputool.codemods.python.api import fp64_is_deliberate
+
+        if t.uses_accelerator and not fp64_is_deliberate(t, orig):
             t.fire("TPU307", orig)
     elif name in INT64_SORTS:
         recv = orig.func.value
@@ -214,6 +216,8 @@ def dtype_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
             elif v in FP64_STRINGS or t.qname(getattr(t.at(orig, upd, i), "value", orig)) in NUMPY_FP64:
                 numpy_call = (q or "").startswith("numpy.") or (
                     isinstance(orig.func, cst.Attribute) and orig.func.attr.value == "astype")
-                if t.uses_accelerator and not numpy_call:
+                from tputool.codemods.python.api import fp64_is_deliberate
+
+                if t.uses_accelerator and not numpy_call and not fp64_is_deliberate(t, orig):
                     t.fire("TPU307", t.at(orig, upd, i))
     return upd.with_changes(args=args) if changed else upd

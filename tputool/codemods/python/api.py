@@ -188,9 +188,12 @@ def _matters_here(t: PortBase, code: str, orig: cst.CSTNode) -> bool:
 
 def fp64_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
     """True where float64 is asked for on purpose or kept off the device: a dtype test or a choice that follows
-    one (`torch.float64 if torch.get_default_dtype() == torch.float64 else ...`), or a `device='cpu'` call."""
+    one (`torch.float64 if torch.get_default_dtype() == torch.float64 else ...`), a `device='cpu'` call, an entry
+    of a dtype table, or a host computation at construction stored as float32 buffers (a diffusion schedule)."""
     from tputool.codemods.python.strings import literal
 
+    if _in_dtype_table(t, orig) or _host_init_to_float32_buffers(t, orig):
+        return True
     parent = t.parent(orig)
     while parent is not None and not isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
         if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
@@ -203,6 +206,56 @@ def fp64_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
             return True
         parent = t.parent(parent)
     return _under_choice_branch(t, orig)
+
+
+_TORCH_DTYPES = frozenset(f"torch.{n}" for n in (
+    "float16 half bfloat16 float32 float float64 double int8 int16 short int32 int int64 long uint8 bool complex64 "
+    "cfloat complex128 cdouble float8_e4m3fn float8_e5m2").split())
+
+
+def _is_dtype(t: PortBase, node: cst.CSTNode | None) -> bool:
+    return isinstance(node, cst.Attribute | cst.Name) and t.qname(node) in _TORCH_DTYPES
+
+
+def _in_dtype_table(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for a dtype that is an entry of a table of dtypes: a dict key (`{torch.float16: "f16", ...}`), a dict
+    value beside other dtypes (`{"half": torch.half, "float": torch.float}`), or one of several dtypes in a list,
+    tuple or set. A table names dtypes (for lookup, printing, tests); it chooses none for the device."""
+    parent = t.parent(orig)
+    if isinstance(parent, cst.DictElement):
+        table = t.parent(parent)
+        if parent.key is orig:
+            return True
+        return isinstance(table, cst.Dict) and sum(
+            _is_dtype(t, e.value) for e in table.elements if isinstance(e, cst.DictElement)) >= 2
+    if isinstance(parent, cst.Element):
+        seq = t.parent(parent)
+        return isinstance(seq, cst.List | cst.Tuple | cst.Set) and sum(
+            _is_dtype(t, e.value) for e in seq.elements) >= 2
+    return False
+
+
+_FLOAT32_WORDS = (".float()", "float32", "torch.float)")
+
+
+def _host_init_to_float32_buffers(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for float64 computed on the host inside a function that stores float32 buffers (a noise schedule in
+    `__init__`: `betas = torch.linspace(..., dtype=torch.float64)`, then `register_buffer(name, v.float())`): the
+    statement places nothing on a device, and the device only ever sees the float32 copies."""
+    stmt = orig
+    while stmt is not None and not isinstance(stmt, cst.BaseSmallStatement | cst.BaseCompoundStatement):
+        stmt = t.parent(stmt)
+    func = stmt
+    while func is not None and not isinstance(func, cst.FunctionDef):
+        func = t.parent(func)
+    if stmt is None or func is None:
+        return False
+    line = t.code(stmt)
+    if any(w in line for w in (".to(", ".cuda(", "device=", "device_type=")) and "device='cpu'" not in line \
+            and 'device="cpu"' not in line:
+        return False
+    text = t.whole_code(func)
+    return "register_buffer" in text and any(w in text for w in _FLOAT32_WORDS)
 
 
 def _guarded(t: PortBase, orig: cst.CSTNode) -> tuple[Severity | None, str | None]:
@@ -249,6 +302,8 @@ def fp16_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
         if isinstance(parent, cst.Set | cst.List | cst.Tuple) and any(
                 (t.qname(e.value) or "").endswith(("bfloat16", "float32")) for e in parent.elements):
             return True  # one of several dtypes the code accepts or tests for
+        if node is orig and _in_dtype_table(t, orig):
+            return True
         if isinstance(parent, cst.IfExp) and node is not parent.test and _tests_a_dtype_choice(parent.test):
             return True  # `torch.bfloat16 if args.amp_dtype == 'bfloat16' else torch.float16`
         node, parent = parent, t.parent(parent)

@@ -10,6 +10,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
+from tputool.codemods.python.speed.cold import MARKER as COLD_MARKER
 from tputool.codemods.python.speed.names import ImportIndex, import_bindings, resolve
 from tputool.codemods.python.speed.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
@@ -231,6 +232,14 @@ class PortBase(cst.CSTTransformer):
                                      fixed=apply, fixable=has_fix, extra=extra))
         self._decided[key] = apply
         return apply
+
+    def whole_code(self, node: cst.CSTNode) -> str:
+        """Source text of an original node; where it holds statements hidden as cold, the file is ported again
+        whole (`needs_whole`), so an analysis reading the text decides on all of it."""
+        text = self.code(node)
+        if COLD_MARKER in text:
+            self.needs_whole = True
+        return text
 
     def hold(self, node: cst.CSTNode) -> None:
         """Keep an original node as CUDA code: no rule reports or rewrites anything inside it afterwards."""

@@ -54,14 +54,23 @@ def _device_of_index(t: PortBase, value: cst.BaseExpression) -> cst.BaseExpressi
 def own_cuda_method(t: PortBase, node: cst.FunctionDef, upd: cst.FunctionDef) -> cst.FunctionDef:
     """TPU101 (report): a class of the user's defines its own `cuda()` method. Port rewrites `x.cuda()` calls to
     `x.to("tpu")`, which such a class may not have; give it a `to(device)` method (or rename the call)."""
-    if node.name.value != "cuda" or not isinstance(t.parent(t.parent(node)), cst.ClassDef):
+    cls = t.parent(t.parent(node))
+    if node.name.value != "cuda" or not isinstance(cls, cst.ClassDef):
         return upd
+    if _defines_to(cls) or "cuda" not in t.whole_code(node.body):
+        return upd  # the class has its own `to`, or its cuda() was already ported (the file was ported before)
     params = node.params.params
     if params and params[0].name.value in ("self", "cls"):
         t.fire("TPU101", node, fixable=False,
                message="this class defines its own cuda(); port rewrites `.cuda()` calls to `.to(\"tpu\")`, so give "
                        "the class a `to(device)` method (or keep the calls on its objects by hand)")
     return upd
+
+
+def _defines_to(cls: cst.ClassDef) -> bool:
+    """True when a class body defines a `to` method (so `obj.to("tpu")` calls the class's own)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == "to" for s in body)
 
 
 def cuda_method(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
