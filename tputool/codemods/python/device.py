@@ -20,6 +20,7 @@ from tputool.codemods.python.tables import (
     DEVICE_VALUE_RE,
     NOT_DEVICE_KWARGS,
     RANK_NAME_RE,
+    RENAME,
 )
 
 _N_CUDA = "call site rewritten; .to() returns the moved tensor (a module moves in place) like .cuda()"
@@ -200,11 +201,18 @@ def torch_device(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
 
 
 def set_device_arg(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU201: a 'cuda:N' argument of torch.cuda.set_device becomes 'tpu:N' (the call itself is renamed)."""
-    if q != "torch.cuda.set_device" or not upd.args:
+    """TPU201/TPU202/...: a 'cuda:N' first argument of a torch.cuda call renamed to torch.tpu
+    (`set_device("cuda:1")`, `get_device_properties("cuda")`, `memory_allocated("cuda:0")`) becomes 'tpu:N', so the
+    call moves whole (the module and its device together)."""
+    from tputool.codemods.python.api import lookup
+
+    hit = lookup(q) if q and q.startswith("torch.cuda.") and upd.args and upd.args[0].keyword is None else None
+    if hit is None or hit[1].kind != RENAME or not (hit[1].target or "").startswith("torch.tpu."):
         return upd
+    if t.code(upd.func) == t.code(orig.func):
+        return upd  # the call was kept as CUDA (not renamed): its argument stays too
     new = tpu_device_expr(upd.args[0].value)
-    if new is None or not t.fire("TPU201", orig):
+    if new is None or not t.fire(hit[1].code, orig):
         return upd
     return upd.with_changes(args=[upd.args[0].with_changes(value=new), *upd.args[1:]])
 
