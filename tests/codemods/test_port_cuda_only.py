@@ -313,3 +313,28 @@ def test_own_cuda_method_not_reported_when_the_class_has_to_or_was_ported():
         """)
     own = [(f.code, f.line) for f in findings if "its own cuda()" in f.message]
     assert own == [("TPU101", 14)]
+
+
+def test_a_cuda_only_and_check_is_kept_whole_and_still_false_on_tpu():
+    # pytorch/examples' FSDP bf16 check: one operand moved would half-move the check (its value is the same).
+    src = textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        import torch.cuda.nccl as nccl
+
+        def bfloat_support():
+            return bool(torch.version.cuda and torch.cuda.is_bf16_supported() and dist.is_nccl_available()
+                        and nccl.version() >= (2, 10))
+
+        NEW_CUDA = torch.cuda.is_available() and torch.version.cuda >= "11"
+        BF16 = bfloat_support()
+        OK = torch.cuda.is_bf16_supported() and len("ab") > 1
+        """)
+    out, findings = port(src)
+    assert "torch.version.cuda and torch.cuda.is_bf16_supported() and dist.is_nccl_available()" in out
+    assert 'NEW_CUDA = torch.cuda.is_available() and torch.version.cuda >= "11"' in out  # moved: TypeError on TPU
+    assert 'OK = len("ab") > 1' in out  # no CUDA query beside it: bf16 is supported on TPU
+    assert "TPU220" in codes(findings)
+    original, ported = run(src), run(out)
+    assert (original["NEW_CUDA"], original["BF16"]) == (ported["NEW_CUDA"], ported["BF16"]) == (False, False)
+    assert ported["OK"] is True

@@ -154,7 +154,12 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
 def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
     """TPU203/TPU220: a CUDA hardware query, or an availability check guarding CUDA-only code, stays CUDA
     (held whole: its arguments are not moved either) and is reported; True when so."""
-    from tputool.codemods.python.cuda_only import PROPERTIES, cuda_query, guarded_cuda_only
+    from tputool.codemods.python.cuda_only import (
+        PROPERTIES,
+        cuda_query,
+        guarded_cuda_only,
+        in_cuda_only_conjunction,
+    )
 
     if key == PROPERTIES:
         what = cuda_query(t, call)
@@ -170,6 +175,8 @@ def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
         t.fire("TPU220", call, fixable=False,
                message=f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
                        "code is skipped (or the check fails) on TPU as on any machine without CUDA")
+    elif key.startswith("torch.cuda.") and in_cuda_only_conjunction(t, call):
+        pass  # one operand of a CUDA-only `and` check: the check stays whole, reported at its CUDA query
     else:
         return False
     t.hold(call)
@@ -364,8 +371,11 @@ def _under_host_only_branch(t: PortBase, orig: cst.CSTNode) -> bool:
 
 
 def bf16_supported(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU204: torch.cuda.is_bf16_supported() -> True."""
-    if q != "torch.cuda.is_bf16_supported" or not t.fire("TPU204", orig, note="TPUs compute natively in bf16"):
+    """TPU204: torch.cuda.is_bf16_supported() -> True (not inside a CUDA-only `and` check, kept whole)."""
+    from tputool.codemods.python.cuda_only import in_cuda_only_conjunction
+
+    if q != "torch.cuda.is_bf16_supported" or in_cuda_only_conjunction(t, orig) \
+            or not t.fire("TPU204", orig, note="TPUs compute natively in bf16"):
         return upd
     t.replaced(orig.func)
     return cst.Name("True")

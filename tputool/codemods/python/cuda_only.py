@@ -91,7 +91,7 @@ def _region(t: PortBase, check: cst.Call) -> tuple[list[cst.CSTNode], list[cst.C
         return [*code, *_following(t, parent)], [parent.msg] if parent.msg is not None else []
     if isinstance(parent, cst.IfExp) and parent.test is node and not negated:
         return [*code, parent.body], []
-    return None
+    return (code, []) if code else None  # `ok = torch.cuda.is_available() and <code>`: the operands it guards
 
 
 def _exits(t: PortBase, body: cst.BaseSuite) -> bool:
@@ -144,6 +144,33 @@ def _library(t: PortBase, node: cst.CSTNode) -> str | None:
     return None
 
 
+def _cuda_only_in(t: PortBase, root: cst.CSTNode) -> str | None:
+    """The first CUDA hardware query or CUDA-only library used in an original subtree (parents known), else None."""
+    for node in m.findall(root, m.Call() | m.Import() | m.ImportFrom() | m.Name() | m.Attribute()):
+        if isinstance(node, cst.Call):
+            found = cuda_query(t, node)
+        elif isinstance(node, cst.Name | cst.Attribute) and t.qname(node) in CUDA_QUERIES:
+            found = t.qname(node)
+        else:
+            found = _library(t, node)
+        if found:
+            return found
+    return None
+
+
+def in_cuda_only_conjunction(t: PortBase, node: cst.CSTNode) -> bool:
+    """True for an operand of an `and` chain that also queries CUDA hardware or library versions
+    (`torch.version.cuda and torch.cuda.is_bf16_supported() and nccl.version() >= (2, 10)`): the chain is one CUDA
+    check, kept whole (moving one operand changes nothing on TPU but half-moves the check)."""
+    top, parent = node, t.parent(node)
+    while isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And):
+        top, parent = parent, t.parent(parent)
+    if top is node:
+        return False
+    t.know_parents(top)
+    return _cuda_only_in(t, top) is not None
+
+
 def guarded_cuda_only(t: PortBase, check: cst.Call) -> str | None:
     """What CUDA-only code a `torch.cuda.is_available()` call guards ("apex", "get_device_capability()"), or
     None when it guards none (then it is a device check and moves to torch.tpu)."""
@@ -152,10 +179,9 @@ def guarded_cuda_only(t: PortBase, check: cst.Call) -> str | None:
         return None
     code, texts = region
     for root in code:
-        for node in m.findall(root, m.Call() | m.Import() | m.ImportFrom() | m.Name() | m.Attribute()):
-            found = cuda_query(t, node) if isinstance(node, cst.Call) else _library(t, node)
-            if found:
-                return found
+        found = _cuda_only_in(t, root)
+        if found:
+            return found
     for root in texts:
         for s in m.findall(root, m.SimpleString() | m.FormattedStringText()):
             text = literal(s) if isinstance(s, cst.SimpleString) else s.value
