@@ -254,7 +254,13 @@ def test_a_model_placed_on_the_host_on_purpose_is_not_reported():
 
 
 DIFFUSION = """
+    import math
     import torch
+
+    def cosine_betas(steps, s=0.008):
+        t = torch.linspace(0, steps, steps + 1, dtype=torch.float64) / steps
+        ac = torch.cos((t + s) / (1 + s) * math.pi * 0.5) ** 2
+        return torch.clip(1 - ac[1:] / ac[:-1], 0, 0.999)
 
     class Schedule(torch.nn.Module):
         def __init__(self, steps=10):
@@ -262,7 +268,8 @@ DIFFUSION = """
             betas = torch.linspace(1e-4, 0.02, steps, dtype=torch.float64)
             alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
             self.register_buffer("betas", betas.float())
-            self.register_buffer("sqrt_ac", alphas_cumprod.sqrt().to(torch.float32))
+            self.register_buffer("sqrt_ac", alphas_cumprod.sqrt().to(dtype=torch.float32))
+            self.register_buffer("cosine", cosine_betas(steps).float())
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     s = Schedule().to(device)
@@ -275,9 +282,10 @@ def test_a_float64_schedule_computed_at_init_and_stored_as_float32_is_not_report
     original, ported = run(textwrap.dedent(DIFFUSION)), run(out)
     assert ported["s"].betas.device.type == "tpu" and ported["s"].betas.dtype is torch.float32
     torch.testing.assert_close(ported["s"].sqrt_ac.cpu(), original["s"].sqrt_ac)
+    torch.testing.assert_close(ported["s"].cosine.cpu(), original["s"].cosine)
     # float64 sent to the device is still a finding
     _, findings = port(DIFFUSION.replace('betas.float())', 'betas.to(device))').replace(
-        '.to(torch.float32))', '.to(device, torch.float64))').replace("float32", "float64"))
+        '.to(dtype=torch.float32))', '.to(device, torch.float64))').replace("float32", "float64"))
     assert "TPU307" in codes(findings)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from tputool.codemods.python.context import PortBase
@@ -242,27 +244,34 @@ def _in_dtype_table(t: PortBase, orig: cst.CSTNode) -> bool:
     return False
 
 
-_FLOAT32_WORDS = (".float()", "float32", "torch.float)")
+# A float32 buffer store: `register_buffer(name, v.float())`, `... v.to(torch.float32))`, or a float32 converter
+# (`to_torch = partial(torch.tensor, dtype=torch.float32)`) in a file that registers buffers.
+_FLOAT32_BUFFERS = re.compile(r"register_buffer\(.*(?:\.float\(\)|float32)|partial\(torch\.tensor, dtype=torch\.float32\)")
+_PLACES = re.compile(r"\.to\((?!\s*(?:dtype\s*=\s*)?torch\.float(?:32)?\s*\))|\.cuda\(|\bdevice(?:_type)?\s*=(?!\s*['\"]cpu['\"])|\.tpu\b|['\"](?:cuda|tpu)")
 
 
 def _host_init_to_float32_buffers(t: PortBase, orig: cst.CSTNode) -> bool:
-    """True for float64 computed on the host inside a function that stores float32 buffers (a noise schedule in
-    `__init__`: `betas = torch.linspace(..., dtype=torch.float64)`, then `register_buffer(name, v.float())`): the
-    statement places nothing on a device, and the device only ever sees the float32 copies."""
-    stmt = orig
-    while stmt is not None and not isinstance(stmt, cst.BaseSmallStatement | cst.BaseCompoundStatement):
-        stmt = t.parent(stmt)
-    func = stmt
+    """True for float64 computed on the host by a function that places nothing on a device, in a file that stores
+    float32 buffers (a diffusion noise schedule: `betas = torch.linspace(..., dtype=torch.float64)` in `__init__`
+    or a schedule function, then `register_buffer(name, v.float())`): the device only sees the float32 copies."""
+    func = t.parent(orig)
     while func is not None and not isinstance(func, cst.FunctionDef):
         func = t.parent(func)
-    if stmt is None or func is None:
+    if func is None:
         return False
-    line = t.code(stmt)
-    if any(w in line for w in (".to(", ".cuda(", "device=", "device_type=")) and "device='cpu'" not in line \
-            and 'device="cpu"' not in line:
+    body = t.whole_code(func.body)
+    if _PLACES.search(body) or "register_buffer" not in body and not _returns_only(func):
         return False
-    text = t.whole_code(func)
-    return "register_buffer" in text and any(w in text for w in _FLOAT32_WORDS)
+    return _FLOAT32_BUFFERS.search(t.whole_code(t.wrapper.module)) is not None
+
+
+def _returns_only(func: cst.FunctionDef) -> bool:
+    """True for a function that computes a value and returns it (no attribute stores, no buffers, no side calls
+    at statement level): a schedule function whose result its caller stores."""
+    import libcst.matchers as m
+
+    return not m.findall(func.body, m.Assign(targets=[m.AssignTarget(target=m.Attribute())]) | m.AugAssign(
+        target=m.Attribute())) and bool(m.findall(func.body, m.Return(value=m.MatchIfTrue(lambda v: v is not None))))
 
 
 def _guarded(t: PortBase, orig: cst.CSTNode) -> tuple[Severity | None, str | None]:
