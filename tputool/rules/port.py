@@ -51,6 +51,7 @@ COMPILE_CALL = Hook("Call", "dist.compile_call", 180)
 FUSED_OPTIMIZER = Hook("Call", "dist.fused_optimizer", 190)
 HF_KWARGS = Hook("Call", "dist.hf_kwargs", 200)
 CALL_LINTS = Hook("Call", "perf.call_lints", 210)
+KERNEL_REGISTRATION = Hook("Call", "api.cuda_kernel_registration", 220)
 BF16_SUPPORTED = Hook("Call", "api.bf16_supported", 900)  # last: it may replace the call by `True`
 # Other node kinds (the reference machinery runs after an Attribute's handlers).
 IS_CUDA_ATTR = Hook("Attribute", "device.is_cuda_attr")
@@ -83,6 +84,15 @@ _N_STREAM = "XLA orders TPU work itself; side streams rarely overlap anything, c
 _MEMORY_CONFIG = ("torch.cuda.set_per_process_memory_fraction", "torch.cuda.memory.set_per_process_memory_fraction",
                   "torch.cuda.memory._record_memory_history", "torch.cuda.memory._dump_snapshot")
 _SDP_SWITCHES = ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp", "enable_cudnn_sdp")
+# Fields of CUDA's device properties that torch.tpu's have not: reading one makes get_device_properties() a CUDA
+# hardware query (TPU203); they are its trigger words, so the statements reading them are never masked.
+CUDA_PROPERTY_FIELDS = ("major", "minor", "multi_processor_count", "gcnArchName", "L2_cache_size", "warp_size",
+                        "max_threads_per_multi_processor", "regs_per_multiprocessor", "shared_memory_per_block",
+                        "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "is_integrated",
+                        "is_multi_gpu_board", "uuid", "pci_bus_id", "pci_device_id", "pci_domain_id")
+# torch.optim classes whose fused=True step the tpu device runs as one computation (backend/lowerings/optim.py;
+# tests/backend/test_rule_capabilities.py holds this against the backend): fused=True on others is TPU418.
+FUSED_ON_TPU = ("Adam", "AdamW", "SGD")
 _LOW_PRECISION_MM = "_scaled_mm _int_mm _grouped_mm _weight_int4pack_mm _weight_int8pack_mm"
 
 
@@ -221,18 +231,23 @@ set_device is rewritten too.""",
                           "manual_seed_all initial_seed is_initialized", RENAME, target="torch.tpu."))),
     _rule("TPU202", "cuda-device-info", W, SAFE, AUTO_N, (22,),
           "torch.cuda device name/properties; use torch.tpu",
-          """`torch.cuda.get_device_name()`, `get_device_properties(i)` exist on torch.tpu. Note: the properties
-object has TPU fields; CUDA-only fields (`major`, `minor`, `multi_processor_count`) are absent.""",
+          """`torch.cuda.get_device_name()`, `get_device_properties(i)` exist on torch.tpu (a "cuda" device argument
+becomes "tpu"). Note: the properties object has TPU fields (`name`, `total_memory`, ...); where the code reads a
+CUDA-only field (`major`, `minor`, `multi_processor_count`) the call is a hardware query, kept as CUDA (TPU203).""",
           "name = torch.cuda.get_device_name(0)", "name = torch.tpu.get_device_name(0)",
           port=Port(triggers=("cuda",), refs=_many(
               "get_device_name get_device_properties", RENAME, target="torch.tpu.",
               note="the properties object has TPU fields; CUDA-only ones (major/minor/multi_processor_count) are absent"))),
     _rule("TPU203", "cuda-capability-check", W, NOFIX, REVIEW, (23,),
           "CUDA compute-capability check has no TPU meaning",
-          """`torch.cuda.get_device_capability()` and checks like `>= (8, 0)` gate features on GPU generations.
-On TPU remove the check (bf16 and fast matmuls are always available) or test `torch.tpu.is_available()`.""",
+          """`torch.cuda.get_device_capability()`, `torch.cuda.get_device_properties(d).major/.minor/
+.multi_processor_count` and checks like `>= (8, 0)` gate features on GPU generations. Port leaves such a query as
+it is, arguments included (on a machine without CUDA the original takes its non-CUDA path, and so does the port;
+an availability check guarding it stays too, TPU220). On TPU remove the check (bf16 and fast matmuls are always
+available) or test `torch.tpu.is_available()`.""",
           "if torch.cuda.get_device_capability() >= (8, 0): use_bf16 = True", None,
-          port=Port(triggers=("cuda",), refs=(("torch.cuda.get_device_capability", NameRef()),))),
+          port=Port(triggers=("cuda",), words=CUDA_PROPERTY_FIELDS,
+                    refs=(("torch.cuda.get_device_capability", NameRef()),))),
     _rule("TPU204", "bf16-supported", W, SAFE, AUTO_N, (24,),
           "`torch.cuda.is_bf16_supported()` is True on TPU",
           """TPUs compute natively in bfloat16, so the check is replaced by `True`.""",
@@ -243,10 +258,11 @@ On TPU remove the check (bf16 and fast matmuls are always available) or test `to
     _rule("TPU205", "cuda-event", W, SAFE, AUTO_N, (25,),
           "torch.cuda.Event; use torch.tpu.Event",
           """`torch.cuda.Event(enable_timing=True)` with `.record()`, `.elapsed_time()`, `.synchronize()`.
-Note: torch.tpu.Event is assumed to offer the same methods; check timings against a profile.""",
+Note: torch.tpu.Event has the same methods (record, elapsed_time, synchronize, query, wait); it times the
+host's view of device work, so check timings against a profile.""",
           "start = torch.cuda.Event(enable_timing=True)", "start = torch.tpu.Event(enable_timing=True)",
           port=Port(triggers=("cuda",), refs=(("torch.cuda.Event", NameRef(
-              RENAME, "torch.tpu.Event", note="torch.tpu.Event is assumed to offer record/elapsed_time/synchronize")),))),
+              RENAME, "torch.tpu.Event", note="torch.tpu.Event times the host's view of device work; check against a profile")),))),
     _rule("TPU206", "cuda-stream", W, SAFE, AUTO_N, (26,),
           "CUDA stream API; use torch.tpu streams",
           """`torch.cuda.Stream`, `torch.cuda.stream(s)`, `current_stream()`, `default_stream()`, `set_stream()`
@@ -305,7 +321,8 @@ equivalent and are reported.""",
     _rule("TPU212", "cuda-oom-error", W, UNSAFE, REVIEW, (30,),
           "`torch.cuda.OutOfMemoryError` only catches CUDA OOMs",
           """`except torch.cuda.OutOfMemoryError` will not catch a TPU out-of-memory. The unsafe fix uses the
-device-generic `torch.OutOfMemoryError`; check what the TPU backend raises (often a RuntimeError).""",
+device-generic `torch.OutOfMemoryError`, which the tpu device raises when its memory is exhausted (in recent PyTorch
+`torch.cuda.OutOfMemoryError` is that same class, so the rename changes nothing on CUDA).""",
           "except torch.cuda.OutOfMemoryError:", "except torch.OutOfMemoryError:",
           port=Port(triggers=("cuda", "OutOfMemory"),
                refs=(("torch.cuda.OutOfMemoryError", NameRef(RENAME, "torch.OutOfMemoryError")),))),
@@ -362,6 +379,17 @@ unwrapped. Note: use `tputool profile` or torch.profiler for TPU traces.""",
                            "torch.cuda.profiler.start", "torch.cuda.profiler.stop"),
                unwrap=("torch.autograd.profiler.emit_nvtx",),
                fix_note="use torch.profiler.record_function for TPU trace markers")),
+    _rule("TPU220", "cuda-only-guard", W, NOFIX, REVIEW, (16,),
+          "availability check guarding CUDA-only code; kept as a CUDA check",
+          """`assert torch.cuda.is_available(), "... APEX ..."`, `if torch.cuda.is_available(): import
+bitsandbytes`, `if not torch.cuda.is_available(): return` before a CUDA hardware query (TPU203). Where what the
+check protects is CUDA-only (the guarded code imports or uses apex, bitsandbytes, flash_attn, xformers, triton,
+RAPIDS, CuPy, ..., or queries CUDA hardware, or the check's message names such a library), moving the check to
+torch.tpu would let the CUDA-only code run (and fail later); it stays a CUDA check, so on TPU that code is skipped,
+or the assertion fails, as on any machine without CUDA. Other checks move with the device (TPU201). Replace the
+dependency (see its own finding), then drop or move the check.""",
+          'assert torch.cuda.is_available(), "CUDA required for APEX optimizers"', None,
+          port=Port(triggers=("cuda", "cupy", "pycuda", "transformer_engine", "numba"))),
     _rule("TPU219", "cuda-api-unknown", W, NOFIX, REVIEW, (),
           "torch.cuda API with no known TPU equivalent",
           """Any other `torch.cuda.*` use that no other rule covers. Look for the torch.tpu name or remove it.""",
@@ -387,8 +415,8 @@ float16).""",
           port=Port(triggers=("cuda", "autocast"), hooks=(GENERIC_AUTOCAST,))),
     _rule("TPU303", "autocast-fp16", W, UNSAFE, REVIEW, (32,),
           "autocast with dtype=float16; TPUs compute in bfloat16",
-          """An explicit `dtype=torch.float16` in autocast. float16 autocast may be unsupported or slow on TPU
-and needs loss scaling; bfloat16 does not. The unsafe fix switches to bfloat16.""",
+          """An explicit `dtype=torch.float16` in autocast. tpu autocast supports bfloat16 (and float32) only: with
+float16 it warns and disables itself, so the region runs in float32; bfloat16 also needs no loss scaling. The unsafe fix switches to bfloat16.""",
           'with torch.autocast("tpu", dtype=torch.float16):', 'with torch.autocast("tpu", dtype=torch.bfloat16):',
           port=Port(triggers=("float16", "half", "autocast"), hooks=(CUDA_AUTOCAST, GENERIC_AUTOCAST))),
     _rule("TPU304", "grad-scaler", W, SAFE, AUTO_N, (33, 35),
@@ -511,13 +539,13 @@ The unsafe fix puts 'tpu' in place of the literal; check the logic still holds."
           port=Port(triggers=("nccl",), hooks=(COMPARISON, BACKEND_ASSIGN))),
     _rule("TPU408", "cuda-version-check", W, NOFIX, REVIEW, (47,),
           "NCCL/CUDA/cuDNN version or availability check",
-          """`dist.is_nccl_available()`, `torch.cuda.nccl.version()`, `torch.version.cuda`,
+          """`import torch.cuda.nccl`, `dist.is_nccl_available()`, `torch.cuda.nccl.version()`, `torch.version.cuda`,
 `torch.backends.cudnn.version()`, `torch.backends.cudnn.is_available()` are False/None on TPU. Remove or
 guard them.""",
           "print(torch.version.cuda, torch.backends.cudnn.version())", None,
           port=Port(triggers=("cuda", "cudnn", "nccl"), refs=_many(
               "torch.cuda.nccl torch.version.cuda torch.backends.cudnn.version torch.backends.cudnn.is_available "
-              "torch.distributed.is_nccl_available", prefix=""))),
+              "torch.distributed.is_nccl_available", prefix=""), imports=("torch.cuda.nccl",))),
     _rule("TPU409", "ddp-device-ids", INFO, UNSAFE, REVIEW, (48,),
           "DDP device_ids/output_device: on tpu they index tpu devices; keep them equal to the process's device",
           """`DistributedDataParallel(model, device_ids=[local_rank], output_device=local_rank)` works on tpu (the indices
@@ -564,7 +592,8 @@ accelerator activity (PrivateUse1), or use `tputool profile`.""",
     _rule("TPU415", "compile-backend", W, SAFE, AUTO, (58,),
           'torch.compile uses Inductor by default; use backend="tpu"',
           """`torch.compile(model)` and `@torch.compile` get `backend="tpu"`; an explicit `backend="inductor"`
-becomes "tpu" (Inductor on TPU is refused).""",
+becomes "tpu". (On tpu tensors, Inductor's graphs are handed to the tpu backend when no mode/options are set and
+refused otherwise; the fix names the backend that runs.)""",
           "model = torch.compile(model)", 'model = torch.compile(model, backend="tpu")',
           port=Port(words=("compile",), triggers=("backend",), hooks=(ARGPARSE, COMPILE_CALL, DECORATOR),
                refs=(("torch.compile", NameRef(OWNED)),))),
@@ -585,11 +614,13 @@ not what the TPU compiler lowers; prefer `torch.compile(backend="tpu")` for spee
           "scripted = torch.jit.script(model)", None,
           port=Port(triggers=("jit",), refs=_many("script script_method", prefix="torch.jit."))),
     _rule("TPU418", "fused-optimizer", W, UNSAFE, REVIEW, (66,),
-          "fused=True optimizer kernels are CUDA-only",
-          """`torch.optim.AdamW(..., fused=True)` (or `fused=use_fused`). The fused implementation is for CUDA; on
-TPU drop it (XLA fuses the update) or use `torch.tpu.optimizers.AdamW`. The unsafe fix drops a literal
-`fused=True`.""",
-          "opt = torch.optim.AdamW(params, lr=lr, fused=True)", "opt = torch.optim.AdamW(params, lr=lr)",
+          "fused=True on an optimizer the tpu device has no fused step for: its step runs on the CPU",
+          f"""`torch.optim.Adagrad(..., fused=True)` (or `fused=use_fused`) and other optimizers outside
+{", ".join(FUSED_ON_TPU)}. The tpu device runs the fused {"/".join(FUSED_ON_TPU)} steps as one computation (so
+`fused=True` on those is left as it is and not reported); other fused kernels have no tpu lowering and run on the
+CPU, copying every parameter, gradient and state to the host and back each step. Drop `fused=True` there (the
+for-each implementation runs on tpu) or use `torch.tpu.optimizers`. The unsafe fix drops a literal `fused=True`.""",
+          "opt = torch.optim.Adagrad(params, lr=lr, fused=True)", "opt = torch.optim.Adagrad(params, lr=lr)",
           port=Port(triggers=("fused",), hooks=(FUSED_OPTIMIZER,))),
     _rule("TPU419", "multi-backend-ladder", INFO, NOFIX, REVIEW, (85,),
           "device-selection ladder without a TPU branch",
@@ -612,9 +643,12 @@ branch, or collapse the ladder onto `torch.accelerator.current_accelerator()`.""
     _rule("TPU502", "cuda-extension", E, NOFIX, BLOCKER, (62,),
           "custom CUDA extension/op cannot run on TPU",
           """`torch.utils.cpp_extension.load(...)`, `load_inline(cuda_sources=...)`, `CUDAExtension`, `CUDA_HOME`,
-and calls of custom ops `torch.ops.<ns>.<op>`. Re-express the op with torch ops or a Pallas kernel.""",
+calls of custom ops `torch.ops.<ns>.<op>`, and custom-op kernels registered for CUDA only
+(`torch.library.custom_op(..., device_types="cuda")`, `torch.library.impl(op, "cuda")`, `register_kernel(op,
+"cuda")`, `Library.impl(op, fn, "CUDA")`): the tpu device never dispatches to such a kernel (the finding names the
+op). Re-express the op with torch ops or a Pallas kernel and register it for tpu.""",
           'ext = load(name="fused", sources=["fused.cpp", "fused_kernel.cu"])', None,
-          port=Port(triggers=("cpp_extension", "CUDA", "torch.ops"),
+          port=Port(triggers=("cpp_extension", "CUDA", "torch.ops", "cuda"), hooks=(KERNEL_REGISTRATION,),
                refs=_many("load load_inline CUDAExtension CUDA_HOME", prefix="torch.utils.cpp_extension."))),
     _rule("TPU503", "cuda-only-aten-op", W, NOFIX, REVIEW, (63,),
           "CUDA-only aten op (int4/int8/fp8 matmul)",
@@ -697,6 +731,16 @@ Remove, or read TPU runtime metrics.""",
           port=Port(triggers=("nvml", "GPUtil", "nvidia", "gpustat", "cuda"), hooks=(STRING_LITERAL,),
                refs=_many("utilization temperature power_draw clock_rate"),
                imports=("pynvml", "GPUtil", "py3nvml", "nvidia_smi"))),
+    _rule("TPU513", "rapids", E, NOFIX, BLOCKER, (),
+          "RAPIDS (cuML, cuDF, ...) runs only on NVIDIA GPUs",
+          """`import cuml`, `cudf`, `cugraph`, `cuspatial`, `cucim`, `cuvs`, `pylibraft`, `dask_cudf`, `rmm`: RAPIDS
+libraries keep their data in GPU memory and run CUDA kernels. Use their CPU counterparts (scikit-learn for cuML,
+pandas for cuDF, ...) on the host, or torch ops on the tpu device.""",
+          "from cuml.cluster import KMeans", None,
+          port=Port(triggers=("cuml", "cudf", "cugraph", "cuspatial", "cucim", "pylibraft"), words=("rmm", "cuvs"),
+                    refs=_many("cuml cudf cugraph cuspatial cucim cuvs pylibraft dask_cudf rmm", prefix=""),
+                    imports=("cuml", "cudf", "cugraph", "cuspatial", "cucim", "cuvs", "pylibraft", "dask_cudf",
+                             "rmm"))),
     # ---- TPU6xx performance lints ----
     _rule("TPU601", "host-sync-in-loop", INFO, NOFIX, REVIEW, (76,),
           "host sync inside a loop stalls the TPU pipeline",

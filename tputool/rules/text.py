@@ -126,6 +126,11 @@ Finds CUDA builds in dependency lists and install commands: `torch==2.3.0+cu121`
 download.pytorch.org/whl/cuXXX index, nvidia-*-cu12 runtime wheels, `jax[cuda12]`. On TPU install the
 CPU wheel of torch (plus the TPU runtime) or `jax[tpu]`; the CUDA wheels are gigabytes of unused code.
 """),
+    _rule("TPU929", "rapids-dependency", E, BLOCKER, "RAPIDS (cuML, cuDF, ...) is CUDA-only", """
+RAPIDS packages (cuml, cudf, cugraph, cuspatial, cucim, cuvs, pylibraft, dask-cudf, rmm, and their -cu11/-cu12
+wheels) hold their data in GPU memory and run CUDA kernels. Use the CPU counterparts (scikit-learn, pandas, ...)
+on the host or torch ops on the tpu device, then drop the dependency.
+"""),
     _rule("TPU930", "cuda-source-file", E, BLOCKER, "CUDA C++ source: no TPU path", """
 A .cu/.cuh file holds CUDA kernels, which cannot run on TPU. Re-express the op with torch ops (often
 fast enough once torch.compile fuses them) or write a Pallas kernel called through
@@ -190,6 +195,7 @@ DEPENDENCIES: dict[str, str] = {
     "TPU925": r"triton",
     "TPU926": r"cupy(?:[-_.]cuda\w*)?",
     "TPU927": r"pynvml|nvidia[-_.]ml[-_.]py3?|gpustat|gputil|nvitop",
+    "TPU929": r"(?:cuml|cudf|cugraph|cuspatial|cucim|cuvs|pylibraft|dask[-_.]cudf|rmm|rapids)(?:[-_.]cu\d+)?",
 }
 # A requirement naming the package: at line start (requirements.txt, setup.cfg, conda `- pkg`,
 # Poetry `pkg = ...`) or right after a quote (setup.py, pyproject.toml lists).

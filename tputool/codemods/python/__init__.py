@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -32,6 +33,8 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     from tputool.codemods.python.speed.cold import mask
     from tputool.codemods.python.speed.names import build_index, parse_ast, top_imports
 
+    if is_torchscript_code(source):
+        return source, []
     tree = parse_ast(source)
     index = build_index(source, RELEVANT_ROOTS, tree)
     if tree is not None and index.exact:
@@ -53,6 +56,17 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     done = _port(source, path, settings, index, None, whole=True)
     assert done is not None
     return done
+
+
+# The code TorchScript serializes into a model archive (code/__torch__/*.py): classes with `__parameters__` lists
+# and `__torch__.` type annotations.
+_TORCHSCRIPT_CODE = re.compile(r"^\s+__parameters__ = \[.*?:\s*__torch__\.", re.M | re.S)
+
+
+def is_torchscript_code(source: str) -> bool:
+    """True for the code of a serialized TorchScript model (devices there were baked in when it was traced or
+    scripted: not a program to port; re-export the model from the ported source instead)."""
+    return "__torch__." in source and "__parameters__" in source and _TORCHSCRIPT_CODE.search(source) is not None
 
 
 _ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
@@ -80,6 +94,8 @@ def _port(source: str, path: str, settings: Settings, index, imports, whole: boo
     transformer = cls(context, source, path, settings, wrapper, index, imports)
     new_module = wrapper.visit(transformer)
     transformer.finish()
+    if not whole and transformer.needs_whole:
+        return None
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.col, f.code))
     if not any(f.fixed for f in findings):
         return source, findings

@@ -30,19 +30,31 @@ def _kw(args, name: str) -> int | None:
     return next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == name), None)
 
 
+def partial_of(t: PortBase, call: cst.Call, names: frozenset[str]) -> bool:
+    """True for `functools.partial(f, ...)` where `f` (an original node) is one of `names`: a callable reference
+    to f, rewritten like a call of it."""
+    return (t.qname(call.func) == "functools.partial" and bool(call.args) and call.args[0].keyword is None
+            and not call.args[0].star and t.qname(call.args[0].value) in names)
+
+
 def cuda_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU301: torch.cuda.amp.autocast(...) -> torch.autocast("tpu", dtype=torch.bfloat16, ...)."""
+    """TPU301: torch.cuda.amp.autocast(...) -> torch.autocast("tpu", dtype=torch.bfloat16, ...); so does
+    `partial(torch.cuda.amp.autocast, ...)` -> `partial(torch.autocast, "tpu", dtype=torch.bfloat16, ...)`."""
+    skip = 0
     if q not in AUTOCAST_CUDA:
+        if not partial_of(t, orig, AUTOCAST_CUDA):
+            return upd
+        skip = 1  # the partial's callee; the autocast arguments follow it
+    at = orig.args[0].value if skip else orig
+    if any(a.star for a in upd.args[skip:]):
+        t.fire("TPU301", at, fixable=False, message="torch.cuda.amp.autocast(*args/**kwargs): rewrite by hand as "
+                                                    'torch.autocast("tpu", dtype=torch.bfloat16, ...)')
         return upd
-    if any(a.star for a in upd.args):
-        t.fire("TPU301", orig, fixable=False, message="torch.cuda.amp.autocast(*args/**kwargs): rewrite by hand as "
-                                                      'torch.autocast("tpu", dtype=torch.bfloat16, ...)')
+    if not t.fire("TPU301", at, note=_N_BF16):
         return upd
-    if not t.fire("TPU301", orig, note=_N_BF16):
-        return upd
-    t.replaced(orig.func)
+    t.replaced(orig.args[0].value if skip else orig.func)
     kwargs = []
-    for i, a in enumerate(upd.args):
+    for i, a in enumerate(upd.args[skip:]):
         if a.keyword is None and i < len(CUDA_AUTOCAST_POSITIONAL):
             a = a.with_changes(keyword=cst.Name(CUDA_AUTOCAST_POSITIONAL[i]),
                                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
@@ -54,15 +66,17 @@ def cuda_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> 
                                                        whitespace_after=cst.SimpleWhitespace(""))))
     else:
         idx = _kw(kwargs, "dtype")
-        orig_dtype = _orig_dtype(orig)
+        orig_dtype = _orig_dtype(orig, skip)
         if orig_dtype is not None and t.qname(orig_dtype.value) in FP16_QNAMES and t.fire("TPU303", orig_dtype):
             kwargs[idx] = kwargs[idx].with_changes(value=t.expr(t.torch("bfloat16")))
     args = [cst.Arg(cst.SimpleString('"tpu"')), *kwargs]
+    if skip:
+        return upd.with_changes(args=_commas([upd.args[0].with_changes(value=t.expr(t.torch("autocast"))), *args]))
     return upd.with_changes(func=t.expr(t.torch("autocast")), args=_commas(args))
 
 
-def _orig_dtype(orig: cst.Call) -> cst.Arg | None:
-    for i, a in enumerate(orig.args):
+def _orig_dtype(orig: cst.Call, skip: int = 0) -> cst.Arg | None:
+    for i, a in enumerate(orig.args[skip:]):
         if (a.keyword is not None and a.keyword.value == "dtype") or (a.keyword is None and i == 1):
             return a
     return None
@@ -172,7 +186,9 @@ def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None)
         if not fp16_is_deliberate(t, orig) and t.fire("TPU306", orig):
             return upd.with_changes(func=func.with_changes(attr=cst.Name("bfloat16")))
     elif name == "double" and not upd.args:
-        if t.uses_accelerator:
+        from tputool.codemods.python.api import fp64_is_deliberate
+
+        if t.uses_accelerator and not fp64_is_deliberate(t, orig):
             t.fire("TPU307", orig)
     elif name in INT64_SORTS:
         recv = orig.func.value
@@ -200,6 +216,8 @@ def dtype_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
             elif v in FP64_STRINGS or t.qname(getattr(t.at(orig, upd, i), "value", orig)) in NUMPY_FP64:
                 numpy_call = (q or "").startswith("numpy.") or (
                     isinstance(orig.func, cst.Attribute) and orig.func.attr.value == "astype")
-                if t.uses_accelerator and not numpy_call:
+                from tputool.codemods.python.api import fp64_is_deliberate
+
+                if t.uses_accelerator and not numpy_call and not fp64_is_deliberate(t, orig):
                     t.fire("TPU307", t.at(orig, upd, i))
     return upd.with_changes(args=args) if changed else upd

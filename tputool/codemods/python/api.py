@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from tputool.codemods.python.context import PortBase
@@ -67,6 +69,15 @@ def _called_or_decorated(t: PortBase, orig: cst.CSTNode) -> bool:
     return (isinstance(parent, cst.Call) and parent.func is orig) or isinstance(parent, cst.Decorator)
 
 
+def _partial_callee(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for the callee of `functools.partial(torch.cuda.amp.autocast, ...)`, which TPU301 rewrites."""
+    from tputool.codemods.python.amp import partial_of
+
+    arg = t.parent(orig)
+    call = t.parent(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and partial_of(t, call, AUTOCAST_CUDA) and call.args[0] is arg
+
+
 def _in_autocast_dtype(t: PortBase, orig: cst.CSTNode) -> bool:
     arg = t.parent(orig)
     if not isinstance(arg, cst.Arg):
@@ -90,6 +101,9 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
         if q.startswith(CUDA_CATCH_ALL[0] + "."):
             t.fire(CUDA_CATCH_ALL[1], orig, message=f"{q} has no known TPU equivalent; remove it or find the "
                                                     "torch.tpu name")
+            parent = t.parent(orig)
+            if isinstance(parent, cst.Call) and parent.func is orig:
+                t.hold(parent)
         elif q.startswith("torch.ops."):
             ns = q.split(".")[2] if q.count(".") >= 2 else ""
             if ns and ns not in BUILTIN_OP_NAMESPACES and q.count(".") >= 3:
@@ -99,8 +113,12 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     key, ref = hit
     if ref.kind == ASSIGN:
         return upd
+    call = t.parent(orig)
+    call = call if isinstance(call, cst.Call) and call.func is orig else None
+    if call is not None and _kept_as_cuda(t, key, call):
+        return upd
     if ref.kind == OWNED:
-        if not _called_or_decorated(t, orig):
+        if not _called_or_decorated(t, orig) and not _partial_callee(t, orig):
             t.fire(ref.code, orig, fixable=False, message=ref.message)
         return upd
     if ref.kind == FIND:
@@ -112,6 +130,8 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
             severity = Severity.INFO
             message = f"{ref.message} (through an optional import: runs only where the library is installed)"
         t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
+        if call is not None and q.startswith(("torch.cuda.", "torch.backends.cudnn.", "torch.version.")):
+            t.hold(call)  # a CUDA call left as it is keeps its arguments: nothing in it is half-moved
         return upd
     # RENAME
     if q in FP16_QNAMES and _in_autocast_dtype(t, orig):
@@ -133,6 +153,38 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
     return new
 
 
+def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
+    """TPU203/TPU220: a CUDA hardware query, or an availability check guarding CUDA-only code, stays CUDA
+    (held whole: its arguments are not moved either) and is reported; True when so."""
+    from tputool.codemods.python.cuda_only import (
+        PROPERTIES,
+        cuda_query,
+        guarded_cuda_only,
+        in_cuda_only_conjunction,
+    )
+
+    if key == PROPERTIES:
+        what = cuda_query(t, call)
+        if what is None:
+            return False
+        t.fire("TPU203", call, fixable=False,
+               message=f"CUDA hardware query ({what}): kept as CUDA, so it runs only where CUDA is available; the "
+                       "tpu properties have no such fields")
+    elif key == "torch.cuda.is_available":
+        what = guarded_cuda_only(t, call)
+        if what is None:
+            return False
+        t.fire("TPU220", call, fixable=False,
+               message=f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
+                       "code is skipped (or the check fails) on TPU as on any machine without CUDA")
+    elif key.startswith("torch.cuda.") and in_cuda_only_conjunction(t, call):
+        pass  # one operand of a CUDA-only `and` check: the check stays whole, reported at its CUDA query
+    else:
+        return False
+    t.hold(call)
+    return True
+
+
 def _matters_here(t: PortBase, code: str, orig: cst.CSTNode) -> bool:
     """False where a finding says nothing to act on: a device ladder that already has its tpu branch (TPU419),
     float64 in a file that never uses an accelerator (TPU307)."""
@@ -145,9 +197,12 @@ def _matters_here(t: PortBase, code: str, orig: cst.CSTNode) -> bool:
 
 def fp64_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
     """True where float64 is asked for on purpose or kept off the device: a dtype test or a choice that follows
-    one (`torch.float64 if torch.get_default_dtype() == torch.float64 else ...`), or a `device='cpu'` call."""
+    one (`torch.float64 if torch.get_default_dtype() == torch.float64 else ...`), a `device='cpu'` call, an entry
+    of a dtype table, or a host computation at construction stored as float32 buffers (a diffusion schedule)."""
     from tputool.codemods.python.strings import literal
 
+    if _in_dtype_table(t, orig) or _host_init_to_float32_buffers(t, orig):
+        return True
     parent = t.parent(orig)
     while parent is not None and not isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
         if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
@@ -160,6 +215,63 @@ def fp64_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
             return True
         parent = t.parent(parent)
     return _under_choice_branch(t, orig)
+
+
+_TORCH_DTYPES = frozenset(f"torch.{n}" for n in (
+    "float16 half bfloat16 float32 float float64 double int8 int16 short int32 int int64 long uint8 bool complex64 "
+    "cfloat complex128 cdouble float8_e4m3fn float8_e5m2").split())
+
+
+def _is_dtype(t: PortBase, node: cst.CSTNode | None) -> bool:
+    return isinstance(node, cst.Attribute | cst.Name) and t.qname(node) in _TORCH_DTYPES
+
+
+def _in_dtype_table(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for a dtype that is an entry of a table of dtypes: a dict key (`{torch.float16: "f16", ...}`), a dict
+    value beside other dtypes (`{"half": torch.half, "float": torch.float}`), or one of several dtypes in a list,
+    tuple or set. A table names dtypes (for lookup, printing, tests); it chooses none for the device."""
+    parent = t.parent(orig)
+    if isinstance(parent, cst.DictElement):
+        table = t.parent(parent)
+        if parent.key is orig:
+            return True
+        return isinstance(table, cst.Dict) and sum(
+            _is_dtype(t, e.value) for e in table.elements if isinstance(e, cst.DictElement)) >= 2
+    if isinstance(parent, cst.Element):
+        seq = t.parent(parent)
+        return isinstance(seq, cst.List | cst.Tuple | cst.Set) and sum(
+            _is_dtype(t, e.value) for e in seq.elements) >= 2
+    return False
+
+
+# A float32 buffer store: `register_buffer(name, v.float())`, `... v.to(torch.float32))`, or a float32 converter
+# (`to_torch = partial(torch.tensor, dtype=torch.float32)`) in a file that registers buffers.
+_FLOAT32_BUFFERS = re.compile(r"register_buffer\(.*(?:\.float\(\)|float32)|partial\(torch\.tensor, dtype=torch\.float32\)")
+_PLACES = re.compile(r"\.to\((?!\s*(?:dtype\s*=\s*)?torch\.float(?:32)?\s*\))|\.cuda\(|\bdevice(?:_type)?\s*=(?!\s*['\"]cpu['\"])|\.tpu\b|['\"](?:cuda|tpu)")
+
+
+def _host_init_to_float32_buffers(t: PortBase, orig: cst.CSTNode) -> bool:
+    """True for float64 computed on the host by a function that places nothing on a device, in a file that stores
+    float32 buffers (a diffusion noise schedule: `betas = torch.linspace(..., dtype=torch.float64)` in `__init__`
+    or a schedule function, then `register_buffer(name, v.float())`): the device only sees the float32 copies."""
+    func = t.parent(orig)
+    while func is not None and not isinstance(func, cst.FunctionDef):
+        func = t.parent(func)
+    if func is None:
+        return False
+    body = t.whole_code(func.body)
+    if _PLACES.search(body) or "register_buffer" not in body and not _returns_only(func):
+        return False
+    return _FLOAT32_BUFFERS.search(t.whole_code(t.wrapper.module)) is not None
+
+
+def _returns_only(func: cst.FunctionDef) -> bool:
+    """True for a function that computes a value and returns it (no attribute stores, no buffers, no side calls
+    at statement level): a schedule function whose result its caller stores."""
+    import libcst.matchers as m
+
+    return not m.findall(func.body, m.Assign(targets=[m.AssignTarget(target=m.Attribute())]) | m.AugAssign(
+        target=m.Attribute())) and bool(m.findall(func.body, m.Return(value=m.MatchIfTrue(lambda v: v is not None))))
 
 
 def _guarded(t: PortBase, orig: cst.CSTNode) -> tuple[Severity | None, str | None]:
@@ -206,6 +318,8 @@ def fp16_is_deliberate(t: PortBase, orig: cst.CSTNode) -> bool:
         if isinstance(parent, cst.Set | cst.List | cst.Tuple) and any(
                 (t.qname(e.value) or "").endswith(("bfloat16", "float32")) for e in parent.elements):
             return True  # one of several dtypes the code accepts or tests for
+        if node is orig and _in_dtype_table(t, orig):
+            return True
         if isinstance(parent, cst.IfExp) and node is not parent.test and _tests_a_dtype_choice(parent.test):
             return True  # `torch.bfloat16 if args.amp_dtype == 'bfloat16' else torch.float16`
         node, parent = parent, t.parent(parent)
@@ -266,8 +380,11 @@ def _under_host_only_branch(t: PortBase, orig: cst.CSTNode) -> bool:
 
 
 def bf16_supported(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU204: torch.cuda.is_bf16_supported() -> True."""
-    if q != "torch.cuda.is_bf16_supported" or not t.fire("TPU204", orig, note="TPUs compute natively in bf16"):
+    """TPU204: torch.cuda.is_bf16_supported() -> True (not inside a CUDA-only `and` check, kept whole)."""
+    from tputool.codemods.python.cuda_only import in_cuda_only_conjunction
+
+    if q != "torch.cuda.is_bf16_supported" or in_cuda_only_conjunction(t, orig) \
+            or not t.fire("TPU204", orig, note="TPUs compute natively in bf16"):
         return upd
     t.replaced(orig.func)
     return cst.Name("True")
@@ -304,15 +421,29 @@ _LEGACY_DTYPES = {"HalfTensor": "float16", "FloatTensor": "float32", "DoubleTens
                   "BFloat16Tensor": "bfloat16"}
 
 
-def _default_tensor_type(t: PortBase, call: cst.Call) -> str | None:
-    """The dtype of `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (or its string form), else None."""
+def _default_tensor_type(t: PortBase, call: cst.Call, prefix: str = "torch.cuda.") -> str | None:
+    """The dtype of `torch.set_default_tensor_type(torch.cuda.HalfTensor)` (or its string form), else None;
+    with `prefix="torch."`, of a CPU type (`torch.FloatTensor`: the restore of a CUDA default)."""
     if t.qname(call.func) != "torch.set_default_tensor_type" or len(call.args) != 1:
         return None
     arg = call.args[0].value
     name = t.qname(arg) if isinstance(arg, cst.Attribute) else (literal(arg) or "")
-    if not name or not name.startswith("torch.cuda."):
+    if not name or not name.startswith(prefix) or name.count(".") != prefix.count("."):
         return None
     return _LEGACY_DTYPES.get(name.rsplit(".", 1)[-1])
+
+
+def _sets_cuda_default(t: PortBase) -> bool:
+    """True when the file sets a CUDA default tensor type somewhere (its CPU restores then move with it)."""
+    found = getattr(t, "_sets_cuda_default", None)
+    if found is None:
+        import libcst.matchers as m
+
+        found = any(_default_tensor_type(t, c) is not None for c in m.findall(
+            t.wrapper.module, m.Call(func=m.Attribute(attr=m.Name("set_default_tensor_type")) |
+                                     m.Name("set_default_tensor_type"))))
+        t._sets_cuda_default = found
+    return found
 
 
 def _in_default_tensor_type(t: PortBase, orig: cst.CSTNode) -> bool:
@@ -335,6 +466,13 @@ def _statement(t: PortBase, o: cst.BaseSmallStatement, u: cst.BaseSmallStatement
                 dtype = "bfloat16"  # what TPU306's unsafe fix would make of it on the next run
             return [cst.Expr(t.expr(f'{t.torch("set_default_device")}("tpu")')),
                     cst.Expr(t.expr(f'{t.torch("set_default_dtype")}({t.torch(dtype)})'))]
+        restore = _default_tensor_type(t, o.value, "torch.")
+        if restore is not None and _sets_cuda_default(t) and t.fire(
+                "TPU213", o.value, message="set_default_tensor_type(torch.*Tensor) restores the CPU default after a "
+                                           "CUDA one: the default device is reset with the dtype"):
+            t.replaced(o.value.func)
+            return [cst.Expr(t.expr(f'{t.torch("set_default_device")}("cpu")')),
+                    cst.Expr(t.expr(f'{t.torch("set_default_dtype")}({t.torch(restore)})'))]
         q = t.qname(o.value.func)
         code = STATEMENT_CALLS.get(q) if q else None
         if code is not None and t.fire(code, o.value, note=_note(code)):
@@ -436,4 +574,45 @@ def string_literal(t: PortBase, orig: cst.SimpleString, upd: cst.BaseExpression)
         t.fire("TPU413", orig, message=f"{v} has no effect on TPU; remove it")
     elif v.split(" ")[0] in ("nvidia-smi", "gpustat"):
         t.fire("TPU512", orig)
+    return upd
+
+
+_KERNEL_REGISTRATIONS = {"torch.library.custom_op": "device_types", "torch.library.impl": "types",
+                         "torch.library.register_kernel": "device_types"}
+
+
+def _device_types(node: cst.BaseExpression) -> list[str] | None:
+    """The literal device types of a registration argument ("cuda", ["cpu", "cuda"]), else None."""
+    elems = [e.value for e in node.elements] if isinstance(node, cst.List | cst.Tuple | cst.Set) else [node]
+    words = [literal(e) for e in elems]
+    return None if any(w is None for w in words) else [w.lower() for w in words]
+
+
+def cuda_kernel_registration(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
+    """TPU502: a custom op kernel registered for CUDA and not for tpu (`torch.library.custom_op(...,
+    device_types="cuda")`, `torch.library.impl(name, "cuda")`, `register_kernel(op, "cuda")`, `op.register_kernel(
+    "cuda")`, `Library.impl(name, fn, "CUDA")`): the tpu device never dispatches to it. Reported with the op's name."""
+    kw = _KERNEL_REGISTRATIONS.get(q or "")
+    func = orig.func
+    method = isinstance(func, cst.Attribute) and q is None and func.attr.value in ("register_kernel", "impl")
+    if kw is None and not method:
+        return upd
+    positional = [a.value for a in orig.args if a.keyword is None]
+    named = {a.keyword.value: a.value for a in orig.args if a.keyword is not None}
+    if kw is not None:  # torch.library.X(op, types)
+        name_node, types = (positional or [named.get("qualname") or named.get("name")])[0], (
+            named.get(kw) if kw in named else positional[1] if len(positional) > 1 else None)
+    elif func.attr.value == "register_kernel":  # op.register_kernel(types)
+        name_node, types = func.value, named.get("device_types") or (positional[0] if positional else None)
+    else:  # Library.impl(op_name, fn, dispatch_key)
+        name_node = positional[0] if positional else named.get("op_name")
+        types = named.get("dispatch_key") or (positional[2] if len(positional) > 2 else None)
+    kinds = _device_types(types) if types is not None else None
+    if not kinds or "cuda" not in kinds or {"tpu", "privateuse1", "privateuseone"} & set(kinds):
+        return upd
+    name = (literal(name_node) if name_node is not None else None) or (t.code(name_node) if name_node else "?")
+    t.fire("TPU502", orig, fixable=False,
+           message=f"custom op {name} has its kernel registered for {', '.join(kinds)} only: the tpu device never "
+                   "dispatches to it; register a tpu kernel (torch ops, or a Pallas kernel through "
+                   "torch.tpu.pallas.jax_op)")
     return upd

@@ -10,6 +10,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
+from tputool.codemods.python.speed.cold import MARKER as COLD_MARKER
 from tputool.codemods.python.speed.names import ImportIndex, import_bindings, resolve
 from tputool.codemods.python.speed.positions import start_positions
 from tputool.codemods.python.tables import FOREIGN_MODULES
@@ -47,6 +48,8 @@ class PortBase(cst.CSTTransformer):
         self._text: str | None = None
         self._optional: frozenset[str] | None = None
         self.reported_once: set[str] = set()  # codes reported once per file (TPU603)
+        self.needs_whole = False  # an analysis met a statement hidden as cold: port the whole file instead
+        self.held: set[cst.CSTNode] = set()  # original nodes kept as CUDA code: nothing inside is rewritten
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:
@@ -171,6 +174,15 @@ class PortBase(cst.CSTTransformer):
         """The parent of an original node (None at the module); known for every node visited so far."""
         return self._parents.get(node)
 
+    def know_parents(self, root: cst.CSTNode) -> None:
+        """Record the parents inside an original subtree not visited yet (analyses reading ahead of the visit)."""
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            for child in node.children:
+                self._parents.setdefault(child, node)
+                stack.append(child)
+
     def pos(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, column) of an original node."""
         if self._positions is None:
@@ -196,7 +208,7 @@ class PortBase(cst.CSTTransformer):
         `severity` lowers the rule's severity where the context makes the finding matter less.
         """
         rule = RULES[code]
-        if not self.settings.enabled(code):
+        if not self.settings.enabled(code) or (self.held and self.inside_held(node)):
             return False
         line, col = self.pos(node)
         key = (code, line, col)
@@ -220,6 +232,27 @@ class PortBase(cst.CSTTransformer):
                                      fixed=apply, fixable=has_fix, extra=extra))
         self._decided[key] = apply
         return apply
+
+    def whole_code(self, node: cst.CSTNode) -> str:
+        """Source text of an original node; where it holds statements hidden as cold, the file is ported again
+        whole (`needs_whole`), so an analysis reading the text decides on all of it."""
+        text = self.code(node)
+        if COLD_MARKER in text:
+            self.needs_whole = True
+        return text
+
+    def hold(self, node: cst.CSTNode) -> None:
+        """Keep an original node as CUDA code: no rule reports or rewrites anything inside it afterwards."""
+        self.held.add(node)
+
+    def inside_held(self, node: cst.CSTNode) -> bool:
+        """True when an original node lies inside (or is) a node kept by `hold`."""
+        cur: cst.CSTNode | None = node
+        while cur is not None:
+            if cur in self.held:
+                return True
+            cur = self.parent(cur)
+        return False
 
     # ---- building nodes ----
     def torch(self, dotted: str = "") -> str:

@@ -20,6 +20,7 @@ from tputool.codemods.python.tables import (
     DEVICE_VALUE_RE,
     NOT_DEVICE_KWARGS,
     RANK_NAME_RE,
+    RENAME,
 )
 
 _N_CUDA = "call site rewritten; .to() returns the moved tensor (a module moves in place) like .cuda()"
@@ -54,14 +55,23 @@ def _device_of_index(t: PortBase, value: cst.BaseExpression) -> cst.BaseExpressi
 def own_cuda_method(t: PortBase, node: cst.FunctionDef, upd: cst.FunctionDef) -> cst.FunctionDef:
     """TPU101 (report): a class of the user's defines its own `cuda()` method. Port rewrites `x.cuda()` calls to
     `x.to("tpu")`, which such a class may not have; give it a `to(device)` method (or rename the call)."""
-    if node.name.value != "cuda" or not isinstance(t.parent(t.parent(node)), cst.ClassDef):
+    cls = t.parent(t.parent(node))
+    if node.name.value != "cuda" or not isinstance(cls, cst.ClassDef):
         return upd
+    if _defines_to(cls) or "cuda" not in t.whole_code(node.body):
+        return upd  # the class has its own `to`, or its cuda() was already ported (the file was ported before)
     params = node.params.params
     if params and params[0].name.value in ("self", "cls"):
         t.fire("TPU101", node, fixable=False,
                message="this class defines its own cuda(); port rewrites `.cuda()` calls to `.to(\"tpu\")`, so give "
                        "the class a `to(device)` method (or keep the calls on its objects by hand)")
     return upd
+
+
+def _defines_to(cls: cst.ClassDef) -> bool:
+    """True when a class body defines a `to` method (so `obj.to("tpu")` calls the class's own)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == "to" for s in body)
 
 
 def cuda_method(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
@@ -191,11 +201,18 @@ def torch_device(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
 
 
 def set_device_arg(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU201: a 'cuda:N' argument of torch.cuda.set_device becomes 'tpu:N' (the call itself is renamed)."""
-    if q != "torch.cuda.set_device" or not upd.args:
+    """TPU201/TPU202/...: a 'cuda:N' first argument of a torch.cuda call renamed to torch.tpu
+    (`set_device("cuda:1")`, `get_device_properties("cuda")`, `memory_allocated("cuda:0")`) becomes 'tpu:N', so the
+    call moves whole (the module and its device together)."""
+    from tputool.codemods.python.api import lookup
+
+    hit = lookup(q) if q and q.startswith("torch.cuda.") and upd.args and upd.args[0].keyword is None else None
+    if hit is None or hit[1].kind != RENAME or not (hit[1].target or "").startswith("torch.tpu."):
         return upd
+    if t.code(upd.func) == t.code(orig.func):
+        return upd  # the call was kept as CUDA (not renamed): its argument stays too
     new = tpu_device_expr(upd.args[0].value)
-    if new is None or not t.fire("TPU201", orig):
+    if new is None or not t.fire(hit[1].code, orig):
         return upd
     return upd.with_changes(args=[upd.args[0].with_changes(value=new), *upd.args[1:]])
 

@@ -13,6 +13,7 @@ from tputool.codemods.python.tables import (
     INIT_PROCESS_GROUP,
     OPTIMIZER_NAMES,
 )
+from tputool.rules.port import FUSED_ON_TPU
 
 
 def _nccl_to_tpu(node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -79,9 +80,10 @@ def compile_call(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> c
 
 
 def fused_optimizer(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
-    """TPU418: torch.optim.X(..., fused=True); unsafe fix drops a literal True."""
+    """TPU418: torch.optim.X(..., fused=True) for an X the tpu device has no fused step for (FUSED_ON_TPU runs
+    fused); the unsafe fix drops a literal True."""
     name = q.rsplit(".", 1)[-1] if q else (upd.func.value if isinstance(upd.func, cst.Name) else None)
-    if not ((q and q.startswith("torch.optim.")) or name in OPTIMIZER_NAMES):
+    if not ((q and q.startswith("torch.optim.")) or name in OPTIMIZER_NAMES) or name in FUSED_ON_TPU:
         return upd
     idx = next((i for i, a in enumerate(upd.args) if a.keyword is not None and a.keyword.value == "fused"), None)
     if idx is None:
@@ -95,13 +97,26 @@ def fused_optimizer(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -
     return upd
 
 
+_HOST_PLACES = frozenset({"cpu", "disk", "meta"})
+
+
+def _host_placement(value: cst.BaseExpression) -> bool:
+    """True for a device_map that places everything off the accelerator on purpose (`"cpu"`, `{"": "cpu"}`,
+    `{"model": "cpu", "lm_head": "disk"}`): nothing there names a CUDA device, so TPU115 has nothing to say."""
+    if isinstance(value, cst.Dict):
+        vals = [literal(e.value) for e in value.elements if isinstance(e, cst.DictElement)]
+        return bool(vals) and len(vals) == len(value.elements) and all(v in _HOST_PLACES for v in vals)
+    return literal(value) in _HOST_PLACES
+
+
 def hf_kwargs(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """TPU115 device_map/max_memory, TPU509 load_in_8bit/4bit, TPU507 flash attention, TPU414 use_cuda."""
     args = list(upd.args)
     changed = False
     for i, a, kw in keyword_args(args):
         true = isinstance(a.value, cst.Name) and a.value.value == "True"
-        if kw in ("device_map", "max_memory") and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
+        if kw in ("device_map", "max_memory") and not (isinstance(a.value, cst.Name) and a.value.value == "None") \
+                and not (kw == "device_map" and _host_placement(a.value)):
             new = tpu_device_expr(a.value) if kw == "device_map" else None
             note = "device_map needs the accelerate package: pip install 'tputool[hf]'"
             if t.fire("TPU115", t.at(orig, upd, i), fixable=new is not None, note=note) and new is not None:
