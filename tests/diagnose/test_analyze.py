@@ -130,6 +130,41 @@ def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
     assert "steps 6-10" in f.message and "graph_3 x5" in f.message
 
 
+def test_late_compiles_of_a_line_that_ran_once_are_its_warm_up():
+    # the loop's line compiled in its first call only; the line after the loop compiled (late) in one iteration
+    events = [{"kind": "compile", "detail": "aten.addmm", "file": "/u/t.py", "line": 6, "count": 1, "amount": 1,
+               "late": 0, "first_step": 0, "last_step": 0},
+              {"kind": "compile", "detail": "aten.sum", "file": "/u/t.py", "line": 7, "count": 1, "amount": 1,
+               "late": 1, "first_step": 3, "last_step": 3},
+              {"kind": "compile", "detail": "aten._to_copy", "file": "/u/t.py", "line": 7, "count": 1, "amount": 1,
+               "late": 1, "first_step": 3, "last_step": 3}]
+    rec = _rec(steps=0, loop="calls", calls=3, step_s=[0.5, 0.001, 0.001], events=events,
+               xla={"compiles": 3, "compile_s": 0.3, "late_compiles": 2, "late_compile_s": 0.1})
+    found = findings_from_record(rec)
+    assert [f for f in found if f.severity >= Severity.WARNING] == []
+    (t,) = [f for f in found if f.code == "TPU812"]
+    assert "ran once" in t.message and "nothing needed" in t.fix
+    # the same line compiling again in a later iteration (a new shape) is a recompile
+    events[1] = {**events[1], "first_step": 0, "count": 2}
+    (f,) = [f for f in findings_from_record(rec) if f.severity >= Severity.WARNING]
+    assert (f.code, f.line) == ("TPU808", 7)
+
+
+def test_checkpoint_copies_once_or_every_n_steps_are_notes_with_their_amortised_rate():
+    ev = dict(kind="host_sync", detail="cpu", file="/u/t.py", line=12, late=28, late_amount=28)
+    copy = dict(kind="transfer_d2h", detail="", file="/u/t.py", line=12, count=28, amount=28 * 8192)
+    once = findings_from_record(_rec(steps=5, events=[{**ev, "count": 28, "amount": 28, "steps_seen": 1}, copy]))
+    (f,) = once
+    assert (f.code, f.severity, f.extra["periodic"]) == ("TPU809", Severity.INFO, "once")
+    assert "once per run" in f.message and "224.0 KiB" in f.message and f.per_step == 5.6
+    every = findings_from_record(_rec(steps=100, events=[{**ev, "count": 40, "amount": 40, "steps_seen": 4}]))
+    assert [(f.code, f.extra["periodic"]) for f in every] == [("TPU809", "periodic")]
+    assert "in 4 of 100 steps (about every 25)" in every[0].message
+    # the same copies in every step are a per-step cost
+    loop = findings_from_record(_rec(steps=10, events=[{**ev, "count": 20, "amount": 20, "steps_seen": 10}]))
+    assert [(f.code, f.severity, f.per_step) for f in loop] == [("TPU601", Severity.WARNING, 2.0)]
+
+
 @pytest.mark.parametrize("reason, words", [
     ("generic_jump TensorVariable()", "data-dependent control flow"),
     ("Dynamic shape operator: Operator `aten.nonzero.default`'s output shape depends on input Tensor data.",

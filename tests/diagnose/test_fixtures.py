@@ -35,6 +35,13 @@ def test_clean_fixture_has_no_warning_or_error(device):
     assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
 
 
+def test_clean_inference_script_reading_once_after_the_loop_has_no_warning(device):
+    """A line after the loop runs (and compiles) once: its late compiles are its warm-up, not TPU808."""
+    report = diagnose(str(FIXTURES / "clean_infer.py"), include_static=False)
+    assert report.status == "ok" and (report.loop, report.calls) == ("calls", 3)
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+
+
 def test_unsupported_op_falls_back_to_cpu(monkeypatch):
     assert tpu_works(), "the bundled tpu device fails the probe script (CPU fallbacks only exist there)"
     monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")

@@ -151,7 +151,8 @@ def render_text(report: Report, console: object) -> None:
             continue
         c.print(f"\n[{style}]{heading} ({len(group)})[/{style}]")
         for f in group:
-            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 else ""
+            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 \
+                and not f.extra.get("periodic") else ""  # a periodic finding's message gives its amortised rate
             c.print(f"  [{_STYLE[f.severity]}]{f.code}[/{_STYLE[f.severity]}] {escape(_where(f))}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
             c.print(f"         [green]fix:[/green] {escape(f.fix)}")
