@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", required=True)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--compile-models", action="store_true", help="run top-level models under torch.compile")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -134,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     undo_numpy = wrap_from_numpy(frames, observer)
     call_sites = dynamo.CallSites(frames)
     call_sites.install()
+    compiler = None
+    if ns.compile_models:
+        from tputool.diagnose.whatif import ModelCompiler
+
+        compiler = ModelCompiler(frames)
+        compiler.install()
     record = RunRecord(script=script, argv=list(ns.args), status="ok", exit_code=0, max_steps=ns.max_steps,
                        timeout_s=ns.timeout)
     sys.argv = [script, *ns.args]
@@ -182,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         jaxwatch.remove()
         call_sites.remove()
         undo_numpy()
+        if compiler is not None:
+            compiler.remove()
+            record.compiled_models = compiler.compiled
     t_end = time.perf_counter()
     record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
     ends = steps.step_ends
