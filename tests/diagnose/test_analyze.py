@@ -130,6 +130,41 @@ def test_compiles_after_warmup_are_flagged_and_warmup_compiles_are_not():
     assert "steps 6-10" in f.message and "graph_3 x5" in f.message
 
 
+def test_late_compiles_of_a_line_that_ran_once_are_its_warm_up():
+    # the loop's line compiled in its first call only; the line after the loop compiled (late) in one iteration
+    events = [{"kind": "compile", "detail": "aten.addmm", "file": "/u/t.py", "line": 6, "count": 1, "amount": 1,
+               "late": 0, "first_step": 0, "last_step": 0},
+              {"kind": "compile", "detail": "aten.sum", "file": "/u/t.py", "line": 7, "count": 1, "amount": 1,
+               "late": 1, "first_step": 3, "last_step": 3},
+              {"kind": "compile", "detail": "aten._to_copy", "file": "/u/t.py", "line": 7, "count": 1, "amount": 1,
+               "late": 1, "first_step": 3, "last_step": 3}]
+    rec = _rec(steps=0, loop="calls", calls=3, step_s=[0.5, 0.001, 0.001], events=events,
+               xla={"compiles": 3, "compile_s": 0.3, "late_compiles": 2, "late_compile_s": 0.1})
+    found = findings_from_record(rec)
+    assert [f for f in found if f.severity >= Severity.WARNING] == []
+    (t,) = [f for f in found if f.code == "TPU812"]
+    assert "ran once" in t.message and "nothing needed" in t.fix
+    # the same line compiling again in a later iteration (a new shape) is a recompile
+    events[1] = {**events[1], "first_step": 0, "count": 2}
+    (f,) = [f for f in findings_from_record(rec) if f.severity >= Severity.WARNING]
+    assert (f.code, f.line) == ("TPU808", 7)
+
+
+def test_checkpoint_copies_once_or_every_n_steps_are_notes_with_their_amortised_rate():
+    ev = dict(kind="host_sync", detail="cpu", file="/u/t.py", line=12, late=28, late_amount=28)
+    copy = dict(kind="transfer_d2h", detail="", file="/u/t.py", line=12, count=28, amount=28 * 8192)
+    once = findings_from_record(_rec(steps=5, events=[{**ev, "count": 28, "amount": 28, "steps_seen": 1}, copy]))
+    (f,) = once
+    assert (f.code, f.severity, f.extra["periodic"]) == ("TPU809", Severity.INFO, "once")
+    assert "once per run" in f.message and "224.0 KiB" in f.message and f.per_step == 5.6
+    every = findings_from_record(_rec(steps=100, events=[{**ev, "count": 40, "amount": 40, "steps_seen": 4}]))
+    assert [(f.code, f.extra["periodic"]) for f in every] == [("TPU809", "periodic")]
+    assert "in 4 of 100 steps (about every 25)" in every[0].message
+    # the same copies in every step are a per-step cost
+    loop = findings_from_record(_rec(steps=10, events=[{**ev, "count": 20, "amount": 20, "steps_seen": 10}]))
+    assert [(f.code, f.severity, f.per_step) for f in loop] == [("TPU601", Severity.WARNING, 2.0)]
+
+
 @pytest.mark.parametrize("reason, words", [
     ("generic_jump TensorVariable()", "data-dependent control flow"),
     ("Dynamic shape operator: Operator `aten.nonzero.default`'s output shape depends on input Tensor data.",
@@ -314,3 +349,57 @@ def test_inference_loop_messages_count_model_calls():
     rec = _rec(steps=0, loop="calls", calls=6, host_syncs=[_sync(count=6, steps_seen=6)])
     (f,) = findings_from_record(rec)
     assert (f.code, f.per_step) == ("TPU601", 1.0) and "in 6 of 6 model calls" in f.message
+
+
+def test_findings_ranked_by_cost_per_step_measured_compile_first():
+    from tputool.diagnose import cost
+    from tputool.diagnose.report import sort_findings, to_json
+
+    times = [2.0] + [0.08] * 9
+    rec = _rec(steps=10, loop="steps", devices=["cpu", "tpu"], step_s=times,
+               host_syncs=[_sync(device="tpu", count=10, steps_seen=10)])
+    found = findings_from_record(rec)
+    compiled = _rec(steps=8, loop="steps", devices=["cpu", "tpu"], step_s=[3.0, 0.5] + [0.02] * 6,
+                    compiled_models=[{"cls": "GPT", "file": "/u/train.py", "line": 40}])
+    tpu813 = cost.compiled_step(rec, compiled)
+    assert (tpu813.code, tpu813.line, tpu813.severity) == ("TPU813", 40, Severity.WARNING)
+    assert tpu813.extra["cost_basis"] == "measured" and tpu813.extra["cost_ms"] == pytest.approx(60.0)
+    found.append(tpu813)
+    cost.attach(found, rec)
+    sync = next(f for f in found if f.code == "TPU601")
+    assert sync.extra["cost_basis"] == "estimated" and sync.extra["cost_ms"] == pytest.approx(0.1)
+    assert [f.code for f in sort_findings(found)][:2] == ["TPU813", "TPU601"]
+    rep = Report("/u/train.py", "ok", 0, 10, 1.0, found, loop="steps")
+    assert verdict(rep).startswith("2 problems slow this script on TPU: run the step under torch.compile: "
+                                   "~80 -> ~20 ms per step, measured (/u/train.py:40); host sync inside the step "
+                                   "loop: ~0.1 ms/step, estimated")
+    import json
+
+    first = json.loads(to_json(rep))["findings"][0]
+    assert (first["code"], first["cost_ms_per_step"], first["cost_basis"]) == ("TPU813", 60.0, "measured")
+
+
+def test_compiled_step_no_faster_is_a_note_and_a_failed_comparison_is_nothing():
+    from tputool.diagnose import cost
+
+    rec = _rec(steps=10, loop="steps", step_s=[1.0] + [0.01] * 9)
+    same = _rec(steps=8, step_s=[1.0] + [0.0101] * 7, compiled_models=[{"cls": "M", "file": "/u/t.py", "line": 3}])
+    f = cost.compiled_step(rec, same)
+    assert f.severity == Severity.INFO and "no gain" in f.message and f.extra["cost_ms"] == 0.0
+    failed = _rec(steps=1, status="error", step_s=[1.0], compiled_models=same.compiled_models)
+    assert cost.compiled_step(rec, failed) is None
+    nothing = _rec(steps=8, step_s=[0.005] * 8)  # no model was compiled: no comparison
+    assert cost.compiled_step(rec, nothing) is None
+
+
+def test_steady_state_recompiles_cost_is_measured_from_late_compile_seconds():
+    from tputool.diagnose import cost
+
+    events = [{"kind": "compile", "detail": "aten.add", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
+               "late": 5, "first_step": 0, "last_step": 9}]
+    rec = _rec(steps=10, events=events, step_s=[0.1] * 10,
+               xla={"compiles": 10, "compile_s": 2.0, "late_compiles": 5, "late_compile_s": 1.0})
+    found = findings_from_record(rec)
+    cost.attach(found, rec)
+    (f,) = [f for f in found if f.code == "TPU808"]
+    assert f.extra["cost_basis"] == "measured" and f.extra["cost_ms"] == pytest.approx(200.0)

@@ -35,6 +35,26 @@ def test_clean_fixture_has_no_warning_or_error(device):
     assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
 
 
+def test_clean_inference_script_reading_once_after_the_loop_has_no_warning(device):
+    """A line after the loop runs (and compiles) once: its late compiles are its warm-up, not TPU808."""
+    report = diagnose(str(FIXTURES / "clean_infer.py"), include_static=False)
+    assert report.status == "ok" and (report.loop, report.calls) == ("calls", 3)
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+
+
+def test_compiled_step_comparison_times_the_model_under_torch_compile(monkeypatch):
+    """compare_compiled runs the script again with its top-level model compiled and reports the step times."""
+    assert tpu_works(compile=True), "the bundled tpu device compile backend fails the probe script"
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    path = FIXTURES / "clean.py"
+    report = diagnose(str(path), include_static=False, compare_compiled=True)
+    (f,) = [f for f in report.findings if f.code == "TPU813"]
+    assert (f.path, f.line) == (str(path), 12)  # the model's call in the loop
+    assert f.extra["models"] == "Sequential" and f.extra["cost_basis"] == "measured"
+    assert f.extra["eager_ms"] > 0 and f.extra["compiled_ms"] > 0 and f.extra["compared_steps"] == 4
+    assert f.extra["cost_ms"] == pytest.approx(max(f.extra["eager_ms"] - f.extra["compiled_ms"], 0), abs=1e-3)
+
+
 def test_unsupported_op_falls_back_to_cpu(monkeypatch):
     assert tpu_works(), "the bundled tpu device fails the probe script (CPU fallbacks only exist there)"
     monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")

@@ -15,6 +15,9 @@ def diagnose(
     static: bool = typer.Option(False, "--static", help="Only the static analysis; do not run the script."),
     no_static: bool = typer.Option(False, "--no-static", help="Skip the static analysis of the script."),
     fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.diagnose/1)."),
+    compare_compiled: bool = typer.Option(True, "--compare-compiled/--no-compare-compiled",
+                                          help="Time a few steps with the models under torch.compile (a second "
+                                          "short run) to rank that advice by its measured saving."),
     fail_on: FailOn = typer.Option(FailOn.warning, "--fail-on", case_sensitive=False,
                                    help="Exit 1 on runtime findings of this severity or worse: info, warning, error."),
     html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
@@ -47,7 +50,8 @@ def diagnose(
         _diagnose_target(script, args, target, steps, timeout, batch_arg, fmt)
         return
     report = run_diagnose(script, args, timeout_s=timeout, max_steps=max_steps, static_only=static,
-                          include_static=not no_static, script_output_to_stderr=fmt == "json")
+                          include_static=not no_static, script_output_to_stderr=fmt == "json",
+                          compare_compiled=compare_compiled)
     if fmt == "json":
         typer.echo(to_json(report))
     else:

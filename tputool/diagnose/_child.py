@@ -33,22 +33,27 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     """Backend events (tputool.backend.events), aggregated by kind, detail and user location.
 
     `boundaries[k]` is how many events were logged when step k+1 ended, so each event's step is known:
-    `late` counts the events in the second half of the run (steady state, after warm-up).
+    `late` counts the events in the second half of the run (steady state, after warm-up); `first_step` and
+    `last_step` are the iterations of the first and last of them, `steps_seen` how many iterations had one.
     """
     events = sys.modules.get("tputool.backend.events")
     if events is None:
         return {"events": [], "event_totals": {}}
     late_from = steps // 2 if steps >= 2 else None
     agg: dict[tuple, dict] = {}
+    seen: dict[tuple, set[int]] = {}
     for i, e in enumerate(events.log):
         key = (e["kind"], e["detail"], e["file"], e["line"])
         a = agg.setdefault(key, {"kind": key[0], "detail": key[1], "file": key[2], "line": key[3],
                                  "count": 0, "amount": 0, "late": 0, "late_amount": 0,
-                                 "first_step": None})
+                                 "first_step": None, "last_step": None, "steps_seen": 0})
         step = bisect.bisect_right(boundaries, i)
         a["count"] += 1
         a["amount"] += int(e.get("amount", 1))
         a["first_step"] = step if a["first_step"] is None else a["first_step"]
+        a["last_step"] = step
+        seen.setdefault(key, set()).add(step)
+        a["steps_seen"] = len(seen[key])
         if late_from is not None and step >= late_from:
             a["late"] += 1
             a["late_amount"] += int(e.get("amount", 1))
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", required=True)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--compile-models", action="store_true", help="run top-level models under torch.compile")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -129,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     undo_numpy = wrap_from_numpy(frames, observer)
     call_sites = dynamo.CallSites(frames)
     call_sites.install()
+    compiler = None
+    if ns.compile_models:
+        from tputool.diagnose.whatif import ModelCompiler
+
+        compiler = ModelCompiler(frames)
+        compiler.install()
     record = RunRecord(script=script, argv=list(ns.args), status="ok", exit_code=0, max_steps=ns.max_steps,
                        timeout_s=ns.timeout)
     sys.argv = [script, *ns.args]
@@ -177,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         jaxwatch.remove()
         call_sites.remove()
         undo_numpy()
+        if compiler is not None:
+            compiler.remove()
+            record.compiled_models = compiler.compiled
     t_end = time.perf_counter()
     record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
     ends = steps.step_ends

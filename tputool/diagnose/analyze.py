@@ -77,10 +77,32 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
                                 count=s["count"], kind=s["kind"]))
     # A CPU fallback reads its inputs back to the host: that sync is part of the fallback finding.
     seen |= {(e["file"], e["line"]) for e in rec.events if e["kind"] == "fallback"}
+    d2h = {}
     for e in rec.events:
-        if e["kind"] == "host_sync" and (e["file"], e["line"]) not in seen and e["count"] >= 2:
-            out.append(_finding("TPU601", e["file"], e["line"], f"host sync ({e['detail'] or 'device read'}), "
-                                f"{e['count']} times", count=e["count"], steps=steps, kind=e["detail"]))
+        if e["kind"] == "transfer_d2h":
+            d2h[(e["file"], e["line"])] = d2h.get((e["file"], e["line"]), 0) + e["amount"]
+    for e in rec.events:
+        if e["kind"] != "host_sync" or (e["file"], e["line"]) in seen or e["count"] < 2:
+            continue
+        what = f"host sync ({e['detail'] or 'device read'})"
+        n, seen_in = e["count"], e.get("steps_seen")
+        klass = "loop" if seen_in is None else _sync_class(n, seen_in, steps)
+        if klass == "loop":
+            out.append(_finding("TPU601", e["file"], e["line"], f"{what}, {n} times", count=n, steps=steps,
+                                kind=e["detail"]))
+            continue
+        # A checkpoint save or a periodic log: copies that come once per run or every few steps, whose cost
+        # spread over the run's steps is small; the per-step figure is that amortised one.
+        size = d2h.get((e["file"], e["line"]), 0)
+        copied = f" ({_bytes(size)})" if size else ""
+        if klass == "once":
+            how = f"{n} copies{copied} in one {_unit(rec)[:-1]} (once per run)"
+        else:
+            how = f"{n} copies{copied} in {seen_in} of {steps} {_unit(rec)} (about every {steps // seen_in})"
+        amortised = f"; amortised {n / steps:.2g} copies/{_unit(rec)[:-1]}" if steps else ""
+        out.append(_finding("TPU809", e["file"], e["line"], f"{what}: {how}{amortised}", count=n, steps=steps,
+                            kind=e["detail"], periodic=klass, bytes=size,
+                            fix="nothing needed: copies once per run or every few steps cost little per step"))
     return out
 
 
@@ -263,18 +285,35 @@ def _events(rec: RunRecord, steps: int) -> list[Finding]:
     return out
 
 
-def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
-    """XLA compiles (backend "compile" events) in the second half of the run, grouped by user location."""
+def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str, int]], int]:
+    """Late XLA compiles (second half of the run) by user location and executable, at locations that compiled
+    in two or more iterations; and how many late compiles were at locations that compiled in one iteration only.
+
+    A location whose compiles all fall in one iteration ran its ops once (a line after the loop, say): that
+    is its own warm-up, not a recompile, however late it came.
+    """
     groups: dict[tuple[str, int], dict[str, int]] = {}
+    span: dict[tuple[str, int], set[int]] = {}
     for e in rec.events:
-        if e["kind"] == "compile" and e.get("late"):
-            # Generated code (FX graphs run eagerly: "<eval_with_key>.N") and the autograd thread
-            # ("<unknown>") have no line of the user's: one group for all of them.
-            where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+        if e["kind"] != "compile":
+            continue
+        # Generated code (FX graphs run eagerly: "<eval_with_key>.N") and the autograd thread
+        # ("<unknown>") have no line of the user's: one group for all of them.
+        where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+        first, last = e.get("first_step"), e.get("last_step")
+        iters = span.setdefault(where, set())
+        iters.update((-1, -2) if first is None or last is None else (first, last))  # unknown: assume spread
+        if e.get("late"):
             g = groups.setdefault(where, {})
             g[e["detail"]] = g.get(e["detail"], 0) + e["late"]
+    once = sum(sum(g.values()) for where, g in groups.items() if len(span[where]) < 2)
+    return {where: g for where, g in groups.items() if len(span[where]) >= 2}, once
+
+
+def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
+    """TPU808 at each location that keeps compiling XLA programs in the second half of the run."""
     out = []
-    for (file, line), by_name in groups.items():
+    for (file, line), by_name in _late_compile_groups(rec)[0].items():
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
         out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
@@ -346,8 +385,13 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
     msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
     if len(times) >= 2:
         msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
-    bad = late_time > 0 and late > LATE_COMPILE_FRACTION * late_time
-    fix = None if late > 0 else "nothing needed: warm-up compiles only (the persistent cache saves them next run)"
+    recurring, once = _late_compile_groups(rec)
+    first_runs = once > 0 and not recurring  # every late compile was a line's first (and only) run
+    bad = late_time > 0 and late > LATE_COMPILE_FRACTION * late_time and not first_runs
+    if first_runs:
+        msg += ", each at a line that ran once"
+    fix = None if late > 0 and not first_runs else \
+        "nothing needed: warm-up compiles only (the persistent cache saves them next run)"
     return [_finding("TPU812", rec.script, 0, msg, count=xla["compiles"], fix=fix,
                      severity=Severity.WARNING if bad else Severity.INFO, compile_s=round(total, 3),
                      late_compile_s=round(late, 3))]

@@ -51,6 +51,7 @@ class RunRecord:
     events: list[dict[str, Any]] = field(default_factory=list)  # kind, detail, file, line, count, amount, late ...
     event_totals: dict[str, int] = field(default_factory=dict)
     wall_s: float | None = None  # set by the parent: the child's wall time
+    compiled_models: list[dict[str, Any]] = field(default_factory=list)  # --compile-models: cls, file, line
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the JSON the child writes)."""

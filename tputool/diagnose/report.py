@@ -12,7 +12,10 @@ JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
   verdict: the one-line summary; summary: {error, warning, info}: counts;
   findings: [{severity: error|warning|info, code, name, file, line (1-based; 0 for a finding about the whole
   run), message, fix, count, per_step (null when no steps ran), source: runtime|static,
-  extra: {...rule-specific...}}], most severe first; static findings of a run that no runtime finding
+  cost_ms_per_step: the time it costs per step in ms (null when unknown: no time cost, or static),
+  cost_basis: "measured" (timed in the run: compiled-step comparison, steady-state compiles) | "estimated"
+  (events per step x a typical price, tputool.diagnose.cost) | null,
+  extra: {...rule-specific...}}], most severe first, then most costly per step; static findings of a run that no runtime finding
   confirmed have source "static" and are not counted in the verdict (they are "static, not seen at runtime");
   error: null or {type, message, traceback: [{file, line, function, text}] (the user's frames only)}.
 """
@@ -41,8 +44,12 @@ def display_path(path: str) -> str:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; then the most frequent; then by file and line."""
-    return sorted(findings, key=lambda f: (-int(f.severity), -(f.per_step or 0), -f.count, f.path, f.line, f.code))
+    """Most severe first; then the most costly per step (`tputool.diagnose.cost`); then the most frequent; then
+    by file and line."""
+    from tputool.diagnose.cost import rank_key
+
+    return sorted(findings, key=lambda f: (-int(f.severity), rank_key(f), -(f.per_step or 0), -f.count, f.path,
+                                           f.line, f.code))
 
 
 def _where(f: Finding) -> str:
@@ -51,9 +58,12 @@ def _where(f: Finding) -> str:
 
 
 def _label(f: Finding) -> str:
+    from tputool.diagnose.cost import figure
+
     title = f.extra.get("title") if f.source == "static" else None
     title = title or (BY_CODE[f.code].message if f.code in BY_CODE else f.name)
-    return f"{title} ({_where(f)})"
+    cost = figure(f)
+    return f"{title}: {cost} ({_where(f)})" if cost else f"{title} ({_where(f)})"
 
 
 def _ending(report: Report) -> str | None:
@@ -74,7 +84,7 @@ def _ending(report: Report) -> str | None:
 
 def verdict(report: Report) -> str:
     """The one-line summary at the top of the report."""
-    problems = report.problems()
+    problems = sort_findings(report.problems())
     notes = sum(1 for f in report.findings if f.severity == Severity.INFO and f.source == "runtime")
     unseen = len(report.static_unseen())
     tail = f" ({notes} note{'s' * (notes != 1)})" if notes else ""
@@ -124,7 +134,8 @@ def to_json(report: Report) -> str:
         "step_s": report.step_s, "loop": report.loop, "calls": report.calls, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
         "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.path),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
-                      "source": f.source, "extra": f.extra} for f in sort_findings(report.findings)],
+                      "source": f.source, "cost_ms_per_step": f.extra.get("cost_ms"),
+                      "cost_basis": f.extra.get("cost_basis"), "extra": f.extra} for f in sort_findings(report.findings)],
         "error": report.error and {**report.error, "traceback": [
             {**fr, "file": display_path(fr["file"])} for fr in report.error.get("traceback", [])]},
     }
@@ -134,6 +145,8 @@ def to_json(report: Report) -> str:
 def render_text(report: Report, console: object) -> None:
     """Print the report with rich: verdict, run facts, findings by severity, the trimmed traceback."""
     from rich.markup import escape
+
+    from tputool.diagnose.cost import figure
 
     c = console
     c.print(f"[bold]{escape(verdict(report))}[/bold]")
@@ -151,7 +164,10 @@ def render_text(report: Report, console: object) -> None:
             continue
         c.print(f"\n[{style}]{heading} ({len(group)})[/{style}]")
         for f in group:
-            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 else ""
+            rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 \
+                and not f.extra.get("periodic") else ""  # a periodic finding's message gives its amortised rate
+            cost = figure(f) if f.code != "TPU813" else None  # TPU813's message holds its figure
+            rate += f" [dim]({escape(cost)})[/dim]" if cost else ""
             c.print(f"  [{_STYLE[f.severity]}]{f.code}[/{_STYLE[f.severity]}] {escape(_where(f))}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
             c.print(f"         [green]fix:[/green] {escape(f.fix)}")

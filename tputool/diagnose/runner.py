@@ -98,8 +98,10 @@ def signal_name(n: int) -> str:
 
 
 def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | None,
-              script_output_to_stderr: bool = False) -> RunRecord:
-    """Run `script args` in a child interpreter under observation; returns the record plus wall_s."""
+              script_output_to_stderr: bool = False, compile_models: bool = False, quiet: bool = False) -> RunRecord:
+    """Run `script args` in a child interpreter under observation; returns the record plus wall_s.
+    With `compile_models`, the script's top-level models run under torch.compile (`tputool.diagnose.whatif`);
+    `quiet` discards the script's output."""
     if not os.path.isfile(script):
         raise UserError(f"no such script: {script}")
     fd, record_path = tempfile.mkstemp(prefix="tputool-diagnose-", suffix=".json")
@@ -107,11 +109,15 @@ def run_child(script: str, args: list[str], timeout_s: float, max_steps: int | N
     cmd = [sys.executable, "-m", "tputool.diagnose._child", "--record", record_path, "--timeout", str(timeout_s)]
     if max_steps is not None:
         cmd += ["--max-steps", str(max_steps)]
+    if compile_models:
+        cmd += ["--compile-models"]
     cmd += ["--", script, *args]
     env = dict(os.environ, TPUTOOL_DIAGNOSE="1")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=2 if script_output_to_stderr else None, start_new_session=True)
+        out = subprocess.DEVNULL if quiet else (2 if script_output_to_stderr else None)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL if quiet else None,
+                                start_new_session=True)
         try:
             rc, interrupted = wait_child(proc, timeout_s + HARD_KILL_GRACE_S)
         finally:

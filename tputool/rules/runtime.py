@@ -72,6 +72,12 @@ RULES: tuple[Rule, ...] = (
           "second half of the run. Warm-up compiles are paid once (the persistent cache saves them next\n"
           "time); compiles in steady state are paid every step. Fix: stable shapes and dtypes, fewer\n"
           "distinct programs (compile the whole step).", (77,)),
+    _rule("TPU813", "eager-step", "run the step under torch.compile", _W,
+          "In eager mode every op of the step is its own XLA program, dispatched from the host one by one;\n"
+          "a step of many small ops costs host time per op. Under torch.compile(backend='tpu') the forward\n"
+          "and backward are one program each. diagnose measures the difference: it runs the script again for\n"
+          "a few steps with its top-level models compiled and compares the steady-state step times. Fix:\n"
+          "`model = torch.compile(model, backend='tpu')` once the model is built.", ()),
     _rule("TPU809", "host-sync", "one-off or periodic host sync", _I,
           "A host sync outside the step loop (once, or at the end) or only every few steps (periodic\n"
           "logging): harmless for speed, listed so the every-step syncs stand out.", (76,)),
@@ -98,6 +104,7 @@ FIX: dict[str, str] = {
     "TPU808": "pad the inputs to a few fixed shapes (buckets), e.g. DataLoader(drop_last=True)",
     "TPU812": "keep shapes and dtypes fixed after warm-up; compile the whole step with torch.compile(backend='tpu')",
     "TPU809": "nothing needed: a sync once or every few steps costs little",
+    "TPU813": "compile the model once it is built: model = torch.compile(model, backend='tpu')",
     "TPU810": "fix the exception shown in the traceback",
     "TPU811": "pass --max-steps N, or a larger --timeout",
 }
