@@ -103,3 +103,16 @@ def test_the_scripts_own_failure_passes_through(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import sys\nsys.exit(3)\n")
     assert tputool("parity", str(script)).returncode == 3
+
+
+def test_correct_bf16_autocast_transformer_port_is_clean_and_a_planted_scale_is_found():
+    """Both runs autocast to bf16: rounding that followed the values' bf16 history is no departure; a planted
+    device-dependent attention scale still is."""
+    script = str(FIXTURES / "autocast_gpt.py")
+    clean = tputool("parity", script, "--format", "json")
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
+    assert json.loads(clean.stdout)["findings"] == []
+    bug = tputool("parity", script, "--format", "json", "--", "scale-bug")
+    assert bug.returncode == 1, bug.stdout[-2000:] + bug.stderr[-2000:]
+    first = json.loads(bug.stdout)["findings"][0]
+    assert first["module"].startswith("GPT.h.0"), first

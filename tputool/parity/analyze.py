@@ -80,9 +80,12 @@ def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
         causes = name_causes(e, r, replays, tpu)
         op = next((rp["first"] for rp in replays if rp.get("first")), None)
         where = (causes[0]["file"], causes[0]["line"]) if causes[0]["file"] else (e["file"], e["line"])
+        # The module named is the one whose code holds that line: the replayed module (perhaps a parent of the
+        # first departing record's) when a replay located the cause, else the record's own.
+        module, cls = causes[0].get("module") or e["name"], causes[0].get("cls") or e["cls"]
         growth = [x for x in rows[idx + 1:] if x["step"] == e["step"]][:GROWTH_ROWS]
         findings.append({"kind": "departure", "file": where[0], "line": where[1], "key": e["key"],
-                         "module": e["name"], "cls": e["cls"], "step": e["step"], "record": e["kind"],
+                         "module": module, "cls": cls, "seen_in": e["name"], "step": e["step"], "record": e["kind"],
                          "module_file": e["file"], "module_line": e["line"], "dtype": e["dtype"],
                          "ref_dtype": r["dtype"], **{k: d.get(k) for k in ("max_abs", "max_rel", "ulps", "ratio",
                                                                           "explained", "needed")},

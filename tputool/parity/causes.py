@@ -1,6 +1,6 @@
 """Known causes of a departure, named from what the two records and the op-by-op replay show.
 
-Each cause: {name, message, file, line}. Names: device-branch, bf16-autocast, matmul-precision, random-op,
+Each cause: {name, message, file, line}, plus {module, cls} when an op-by-op replay of that module showed it. Names: device-branch, bf16-autocast, matmul-precision, random-op,
 cpu-fallback, reduction-order, input-data, inherited (the module computes the same from the same inputs:
 the difference came with them), unknown.
 """
@@ -55,14 +55,20 @@ def from_op(rp: dict, matmul_precision: str) -> dict | None:
     if name.startswith(MATMUL_OPS) and op["dtype"] == "torch.float32":
         how = (f'torch.set_float32_matmul_precision("{matmul_precision}")' if matmul_precision != "highest"
                else "the TPU's default matmul precision (torch.tpu.precision)")
-        return _cause("matmul-precision", f"this float32 {name} is off by {op['max_rel']:.2g} relative, the size "
+        return _cause("matmul-precision", f"this float32 {name} is off by {_rel(op)} relative, the size "
                       f"of bfloat16 rounding: {how} multiplies in reduced precision; use "
                       '"highest" where it matters', *where)
     if name.startswith(REDUCTION_OPS):
         return _cause("reduction-order", f"{name} sums in another order on tpu (a tree reduction); the "
                       "difference grows with the reduced size", *where)
-    return _cause("device-branch", f"{name} gives another value from the same inputs on tpu: a "
-                  "device-dependent value in the script's code at this line (or a backend bug)", *where)
+    # Both runs executed the same lines (no divergence): nothing shows a branch in the script.
+    return _cause("unknown", f"{name} gives another value from the same inputs on tpu (off by "
+                  f"{_rel(op)} relative) while both runs executed the same lines: no device branch was seen; "
+                  "a device-dependent value computed at this line, or a backend difference", *where)
+
+
+def _rel(op: dict) -> str:
+    return "-" if op.get("max_rel") is None else f"{op['max_rel']:.2g}"
 
 
 def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict) -> list[dict]:
@@ -79,6 +85,7 @@ def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict) -
     for rp in replays:
         c = from_op(rp, tpu_record.get("matmul_precision", "highest"))
         if c is not None:
+            c["module"], c["cls"] = rp["name"], rp["cls"]  # the module whose replay showed it (may be a parent)
             if not any(x["name"] == c["name"] for x in out):
                 out.append(c)
             break

@@ -1,11 +1,14 @@
 """How far one recorded tensor is from its reference, and whether the dtypes explain it.
 
-"Explained" uses torch.testing.assert_close's default (rtol, atol) for the reference's dtype, times a slack
-that grows with the step (`slack * (1 + step)`: errors of a correct port accumulate through training), with
-atol scaled by the reference's RMS when that is above 1. An element departs when
-|x - ref| > f * (atol + rtol * |ref|); a tensor departs when any element does. An output the tpu run
-computed in a lower dtype than the reference (bf16 autocast vs float32) is therefore not explained: that is a
-cause to name, not a tolerance to widen.
+"Explained" uses torch.testing.assert_close's default (rtol, atol) for the precision the reference value
+passed through (its record's `carried` precision: a float32 LayerNorm output computed from bfloat16 matmuls
+carries bfloat16 error; its own dtype when the record has none), times a slack that grows with the step
+(`slack * (1 + step)`: errors of a correct port accumulate through training). The absolute allowance is the
+larger of atol scaled by the reference's RMS when that is above 1, and rtol times the RMS: an error that is
+small next to the tensor's values is rounding, even on an element near zero (where the relative error of a
+rounded sum is meaningless). An element departs when |x - ref| > f * (atol + rtol * |ref|); a tensor departs
+when any element does. An output the tpu run computed in a lower precision than the reference (bf16
+autocast vs float32) is therefore not explained: that is a cause to name, not a tolerance to widen.
 
 `ratio` is the error against that allowance: the largest |x - ref| / (atol + rtol * |ref|) over the elements,
 so a tensor departs when it is above 1 (a NaN where the reference has none, or an error where the allowance is
@@ -57,13 +60,23 @@ def ulps(diff: torch.Tensor, ref: torch.Tensor, dtype: str) -> float:
     return float((diff[keep].double() / spacing).max())
 
 
+def allowance_dtype(ref: dict) -> str:
+    """The dtype whose tolerance applies: the lower of the reference's dtype and the precision it carried."""
+    carried = ref.get("carried")
+    return carried if carried and lower_precision(carried, ref["dtype"]) else ref["dtype"]
+
+
 def _stats_diff(tpu: dict, ref: dict, step: int, slack: float) -> dict:
-    """Compare two summaries (tensors too big to keep): relative error of mean, std and norm."""
-    rtol, atol = tolerance(ref["dtype"])
+    """Compare two summaries (tensors too big to keep): the errors of mean, std and norm relative to the
+    reference's scale (the mean's against the RMS too: a mean near zero has no meaningful relative error)."""
+    rtol, atol = tolerance(allowance_dtype(ref))
+    s = ref["stats"]
+    scale = {"mean": max(abs(s["mean"]), math.hypot(s["mean"], s["std"])), "std": abs(s["std"]),
+             "norm": abs(s["norm"])}
     errs = []
     for k in ("mean", "std", "norm"):
-        a, b = tpu["stats"][k], ref["stats"][k]
-        errs.append(abs(a - b) / max(abs(b), 1e-30))
+        a, b = tpu["stats"][k], s[k]
+        errs.append(abs(a - b) / max(scale[k], 1e-30))
     rel = max(errs)
     f = slack * (1 + step)
     allowed = f * max(rtol, 1e-12) * 10
@@ -81,7 +94,7 @@ def diff(tpu: dict, ref: dict, step: int = 0, slack: float = DEFAULT_SLACK) -> d
     if tuple(a.shape) != tuple(b.shape):
         return {"max_abs": None, "max_rel": None, "ulps": None, "beyond": True, "explained": None, "needed": None,
                 "shape": [list(a.shape), list(b.shape)]}
-    rtol, atol = tolerance(ref["dtype"])
+    rtol, atol = tolerance(allowance_dtype(ref))
     a64, b64 = a.double(), b.double()
     d = (a64 - b64).abs()
     nan_mismatch = bool((a64.isnan() != b64.isnan()).any())
@@ -95,7 +108,8 @@ def diff(tpu: dict, ref: dict, step: int = 0, slack: float = DEFAULT_SLACK) -> d
     max_rel = float(rel.max())
     f = slack * (1 + step)
     rms = float(b64.pow(2).mean().sqrt()) if b64.numel() else 0.0
-    e_rtol, e_atol = f * rtol, f * atol * max(1.0, rms if math.isfinite(rms) else 1.0)
+    rms = rms if math.isfinite(rms) else 1.0
+    e_rtol, e_atol = f * rtol, f * max(atol * max(1.0, rms), rtol * rms)
     allowed = e_atol + e_rtol * mag
     beyond = nan_mismatch or bool((d > allowed).any())
     over_allowed = torch.where(d > 0, d / allowed, torch.zeros_like(d))  # d > 0 over 0 allowed: inf

@@ -10,7 +10,10 @@ before the layers it feeds.
 
 Each entry: key, kind (in | out | grad), name, cls, step, call, file, line (the user's call site), dtype,
 shape, autocast (dtype name or None), random (a dropout in training mode ran in this call), fallbacks (CPU
-fallback ops of the backend inside this call) and value (a float32 CPU copy) or, above `max_bytes`, stats.
+fallback ops of the backend inside this call), carried (the lowest floating precision the run had passed
+through when this value was made: its own dtype, its module's autocast dtype unless autocast runs that module
+in float32, and every earlier record's; a value computed from bfloat16 results carries bfloat16 error whatever
+its dtype) and value (a float32 CPU copy) or, above `max_bytes`, stats.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from typing import Any
 import torch
 
 from tputool.diagnose.userframes import UserFrames
+from tputool.parity.compare import MANTISSA_BITS
 
+FLOAT32_UNDER_AUTOCAST = (torch.nn.modules.normalization.LayerNorm, torch.nn.modules.normalization.GroupNorm,
+                          torch.nn.modules.batchnorm._NormBase, torch.nn.Embedding, torch.nn.EmbeddingBag,
+                          torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.modules.loss._Loss,
+                          *((torch.nn.RMSNorm,) if hasattr(torch.nn, "RMSNorm") else ()))
+"""Module classes autocast runs in float32: their output keeps the precision of their inputs."""
 RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                   torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
 
@@ -83,6 +92,12 @@ def fallback_count() -> int:
     return events.total("fallback") if events is not None else 0
 
 
+def lowest(dtypes: list[str | None]) -> str | None:
+    """The floating dtype name with the fewest mantissa bits among `dtypes` (None entries and others skipped)."""
+    known = [d for d in dtypes if d in MANTISSA_BITS]
+    return min(known, key=MANTISSA_BITS.__getitem__) if known else None
+
+
 class Recorder:
     """Records module outputs and parameter gradients of the first `max_steps` steps (see the module doc)."""
 
@@ -100,6 +115,7 @@ class Recorder:
         self.on_entry: list[Callable[[dict, torch.nn.Module, tuple, dict, Any], None]] = []
         self._handles: list = []
         self._roots: dict[str, int] = {}
+        self.carried: str | None = None  # the lowest floating precision recorded so far (see the module doc)
 
     def install(self) -> None:
         """Register the global module and optimizer hooks."""
@@ -152,10 +168,15 @@ class Recorder:
         call = self.calls.get((self.step, kind + name), 0)
         self.calls[(self.step, kind + name)] = call + 1
         where = self.frames.location(2) or ("", 0)
+        amp = autocast_dtype()
+        made_in = [str(t.dtype)] if t.is_floating_point() else []
+        if kind == "out" and amp is not None and not isinstance(module, FLOAT32_UNDER_AUTOCAST):
+            made_in.append(amp)
+        self.carried = lowest([self.carried, *made_in])
         entry = {"key": f"{self.step}/{kind}/{name}#{call}", "kind": kind, "name": name,
                  "cls": type(module).__name__ if module is not None else "Parameter", "step": self.step,
-                 "call": call, "file": where[0], "line": where[1], "autocast": autocast_dtype(),
-                 "random": random, "fallbacks": fallbacks, **capture(t, self.max_bytes)}
+                 "call": call, "file": where[0], "line": where[1], "autocast": amp,
+                 "random": random, "fallbacks": fallbacks, "carried": self.carried, **capture(t, self.max_bytes)}
         self.entries.append(entry)
         return entry
 

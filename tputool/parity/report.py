@@ -5,9 +5,11 @@ JSON schema "tputool.parity/1" (fields are only ever added):
   reference: {source: "run" | the --reference path, device, status, exit_code, error, fp32, records, wall_s};
   tpu: {status, exit_code, error, records, wall_s, matmul_precision};
   findings: [{kind: departure | divergence, file, line (the user's line: the first departing op's when the
-    op-by-op replay found one), key, module, cls, step, message, causes: [{name, message, file, line}],
+    op-by-op replay found one), key, module, cls, step, message, causes: [{name, message, file, line, module?, cls?}],
     op: null | {op, file, line, dtype, ref_dtype, max_abs, max_rel, ulps, needed, fallback},
-    growth: [level rows after it in the same step]; a departure also has record (in | out | grad),
+    growth: [level rows after it in the same step]; module/cls: the module whose code holds `line` (a
+    replayed parent of the first departing record's module when its replay located the cause); a departure
+    also has seen_in (the first departing record's module), record (in | out | grad),
     module_file, module_line, dtype, ref_dtype, max_abs, max_rel, ulps, explained: {rtol, atol},
     ratio, needed: {atol, rtol, at_rtol, at_atol}, replays: [{key, name, cls, ops, ref_ops}]}];
   levels: [{key, kind, name, cls, step, call, file, line, dtype, max_abs, max_rel, ulps, ratio, beyond,
