@@ -451,7 +451,7 @@ and `scaler.update()` keep working and do plain backward/step; remove those call
           """`torch.float64`/`torch.double`, `.double()`, `dtype="float64"`, `dtype=np.float64`. TPUs have no native
 float64. Never downcast silently: keep the computation on CPU or choose float32 explicitly.""",
           "x = torch.from_numpy(arr).double().to(device)", None,
-          port=Port(triggers=("float64", "double"), hooks=(PRECISION_METHODS, DTYPE_KWARGS),
+          port=Port(triggers=("float64", "double"), words=("register_buffer",), hooks=(PRECISION_METHODS, DTYPE_KWARGS),
                refs=_many("float64 double", prefix="torch."))),
     _rule("TPU308", "int64-sort", INFO, NOFIX, REVIEW, (38,),
           "sort/topk on int64 values; works on TPU but watch performance",

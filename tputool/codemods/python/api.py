@@ -259,10 +259,21 @@ def _host_init_to_float32_buffers(t: PortBase, orig: cst.CSTNode) -> bool:
         func = t.parent(func)
     if func is None:
         return False
-    body = t.whole_code(func.body)
-    if _PLACES.search(body) or "register_buffer" not in body and not _returns_only(func):
+    body = t.code(func.body)  # placements and buffer stores hold trigger words: never hidden as cold
+    if _PLACES.search(body) or not _stores_float32_buffers(t):
         return False
-    return _FLOAT32_BUFFERS.search(t.whole_code(t.wrapper.module)) is not None
+    if "register_buffer" in body:
+        return True
+    t.whole_code(func.body)  # deciding "returns only" needs the statements the masking hid
+    return _returns_only(func)
+
+
+def _stores_float32_buffers(t: PortBase) -> bool:
+    """True when the file stores float32 buffers (the `register_buffer` lines are hot: a TPU307 trigger)."""
+    found = getattr(t, "_float32_buffers", None)
+    if found is None:
+        found = t._float32_buffers = _FLOAT32_BUFFERS.search("\n".join(t.lines)) is not None
+    return found
 
 
 def _returns_only(func: cst.FunctionDef) -> bool:
