@@ -577,8 +577,22 @@ def choose(op: torch._ops.OpOverload) -> Handler:
         h = DecompOp(op, p.decomposition)
     else:
         h = fallback.CpuOp(op)
+    if op_plan.is_like_factory(op):
+        h = _LikeFactory(op, h)
     HANDLERS[op] = h
     return h
+
+
+class _LikeFactory:
+    """A `*_like` factory on a tpu input: made on the device `device=` names (`op_plan.like_elsewhere`), else
+    by the tpu handler."""
+
+    def __init__(self, op: torch._ops.OpOverload, h: Handler) -> None:
+        self.op, self.h = op, h
+
+    def __call__(self, args: tuple, kwargs: dict):
+        out = op_plan.like_elsewhere(self.op, args, kwargs)
+        return self.h(args, kwargs) if out is None else out
 
 
 def boxed_fallback(keyset, op: torch._ops.OpOverload, *args, **kwargs):

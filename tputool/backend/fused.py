@@ -501,7 +501,7 @@ class _OpFacts:
 
     __slots__ = ("op", "composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
                  "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry",
-                 "decomposition")
+                 "decomposition", "like_factory")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         plan = op_plan.plan(func)
@@ -510,6 +510,7 @@ class _OpFacts:
         self.runs_as_usual = func in PASSTHROUGH or _is_view(func)
         self.geometry = GEOMETRY.get(func) if self.runs_as_usual else None
         self.is_to_copy = func is aten._to_copy.default
+        self.like_factory = op_plan.is_like_factory(func)
         schema_args = func._schema.arguments
         self.written = list(plan.written)
         self.out_variant = plan.out_variant  # (out= variants run eagerly: plan.traced is None for them)
@@ -584,6 +585,8 @@ class FuseMode(TorchDispatchMode):
                 if geo is not None:
                     return tt.alias(args[0], *geo)
             return func(*args, **kwargs)
+        if f.like_factory and not _on_tpu(kwargs.get("device", "tpu")):
+            return op_plan.like_elsewhere(func, args, kwargs)  # (needs only the input's metadata: nothing flushed)
         mark = TRACE.mark()
         try:
             handled = _record(func, f, args, kwargs)

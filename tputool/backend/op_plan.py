@@ -293,3 +293,21 @@ def cast_results(out, dtypes: tuple[torch.dtype, ...], shapes: tuple | None, nam
         check_cast(o.dtype, dt, name)
         res.append(o.astype(TORCH_TO_NP[dt]))
     return tuple(res)
+
+
+def is_like_factory(op: torch._ops.OpOverload) -> bool:
+    """`empty_like`/`zeros_like`/`randn_like`/...: a factory shaped like its input that takes `device=`."""
+    return op._schema.name.endswith("_like") and any(a.name == "device" for a in op._schema.arguments)
+
+
+def like_elsewhere(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    """A `*_like` factory whose `device=` names another device than tpu, made there as PyTorch does (a template
+    of the input's size and strides on that device, whose kernels honour dtype, layout, memory_format and
+    generator); None when `device=` is absent or names tpu."""
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type == "tpu":
+        return None
+    src = args[0]
+    template = torch.empty_strided(src.size(), src.stride(), dtype=src.dtype, device=device)
+    return op(template, *args[1:], **kwargs)
+
