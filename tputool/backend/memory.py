@@ -76,8 +76,11 @@ def mem_get_info() -> tuple[int, int]:
 
 def allocated() -> int:
     """Bytes held by live tensors on the device now (and the peak updated with it)."""
+    from tputool.backend.tensor import Uninit  # (tensor imports this module)
+
     s = _device_stats()
     cur = s["bytes_in_use"] if s is not None and "bytes_in_use" in s else _live_bytes()
+    cur += Uninit.live_bytes  # tensors made by `empty` and not yet written hold their bytes too
     if cur > STATE.mem_peak:
         STATE.mem_peak = cur
     return cur

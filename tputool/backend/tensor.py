@@ -64,13 +64,21 @@ def synchronize() -> None:
 
 
 class Uninit:
-    """Base buffer of a tensor made by `empty`: materialized as zeros when first read."""
+    """Base buffer of a tensor made by `empty`: materialized as zeros when first read. Its bytes count as
+    allocated from the start, as CUDA's allocator counts them (`live_bytes`, read by `memory.allocated`)."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "nbytes")
+    live_bytes = 0
+    """Bytes of the placeholders alive now (each adds its bytes when made, takes them back when dropped)."""
 
     def __init__(self, shape: tuple, dtype: np.dtype) -> None:
         self.shape = shape
         self.dtype = dtype
+        self.nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        Uninit.live_bytes += self.nbytes
+
+    def __del__(self) -> None:
+        Uninit.live_bytes -= self.nbytes
 
     @property
     def size(self) -> int:
