@@ -3,6 +3,7 @@ which `make install` installs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,9 +84,13 @@ def test_a_step_that_fits_one_chip_with_its_memory_accounted(tmp_path):
 def test_a_step_too_large_to_run_here_does_not_fit_a_chip(tmp_path):
     """1.2B parameters with AdamW (16 bytes each: 19 GB) on a 16 GB v5e chip; the check itself holds no data
     (its host memory stays below the parameters' 5 GB alone)."""
-    from tputool.diagnose.target import check_target
-
-    t = check_target(_write(tmp_path, MLP), ["--width", "12288", "--batch", "4"], "v5e-1")
+    # Through the CLI in a fresh process: the host figure is the peak RSS of that process's children, which in
+    # this test process would include every earlier test's subprocesses.
+    run = subprocess.run([sys.executable, "-m", "tputool", "diagnose", "--target", "v5e-1", "--format", "json",
+                          str(_write(tmp_path, MLP)), "--", "--width", "12288", "--batch", "4"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 1, run.stderr[-2000:]
+    t = json.loads(run.stdout)["target"]
     p = _mlp_params(12288)
     assert t["fits"] is False
     assert t["peak_bytes_per_chip"] > t["hbm_bytes_per_chip"]
