@@ -93,10 +93,11 @@ def register(freeze_gc: bool = False) -> bool:
 
     rng.install_generator()  # torch.Generator(device="tpu")
     _register_kernels()
-    from tputool.backend import hf_generate, module_ties, serialization, storages
+    from tputool.backend import hf_accelerate, hf_generate, module_ties, serialization, storages
 
     module_ties.install()
     hf_generate.install()
+    hf_accelerate.install()
     serialization.install()
     serialization.install_pin_memory()
     storages.install()
