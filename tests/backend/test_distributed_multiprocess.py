@@ -86,3 +86,15 @@ def test_early_tpu_op_then_a_dead_rank_and_different_calls_named_within_the_time
     assert m, out[-4000:]
     assert float(m.group(1)) < 10
     assert wall < 150, f"the job took {wall:.0f}s to end after a rank died"
+
+
+def test_a_clean_run_with_late_ranks_prints_no_store_timeouts() -> None:
+    """A rank that reaches a collective seconds after its peer is waited for without torch's TCPStore printing
+    `waitForInput ... timed out` (the exchange polls the store instead of timed-out waits)."""
+    run = torchrun(2, "late", timeout=240)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    n = 2
+    for r in range(n):  # ((1 + 2) summed, doubled by each further all_reduce)
+        assert f"RANK {r} LATE OK {[3.0 * n ** (n - 1)] * 3}" in out, out[-4000:]
+    assert "waitForInput" not in out and "timed out" not in out, out[-4000:]

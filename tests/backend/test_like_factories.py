@@ -48,3 +48,12 @@ def test_like_factory_for_cuda_fails_as_on_cpu():
         torch.zeros_like(torch.ones(2), device="cuda")
     with pytest.raises(type(on_cpu.value)):
         torch.zeros_like(torch.ones(2, device="tpu"), device="cuda")
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_random_like_to_cpu_uses_the_cpu_generator(name):
+    src = _src("tpu")
+    got = LIKE[name](src, device="cpu", generator=torch.Generator().manual_seed(4))
+    want = LIKE[name](src.cpu(), generator=torch.Generator().manual_seed(4))
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

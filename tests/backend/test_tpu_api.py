@@ -115,5 +115,12 @@ def test_topology_aware_mesh():
         torch.tpu.topology_aware_mesh((1,), ("a", "b"))
 
 
-def test_default_generators_documented_empty():
-    assert torch.tpu.default_generators == ()
+def test_default_generators_are_the_default_stream():
+    gens = torch.tpu.default_generators
+    assert len(gens) == torch.tpu.device_count() and gens[0].device == torch.device("tpu", 0)
+    torch.tpu.manual_seed(5)
+    assert gens[0].initial_seed() == 5
+    a = torch.rand(3, device="tpu").cpu()
+    gens[0].manual_seed(5)  # seeds the default stream itself
+    assert torch.equal(torch.rand(3, device="tpu").cpu(), a)
+    assert torch.equal(gens[0].get_state(), torch.tpu.get_rng_state())

@@ -89,11 +89,15 @@ def register(freeze_gc: bool = False) -> bool:
     from tputool.backend import tpu_api
 
     tpu_api.install(tpu_module)  # torch.tpu.pallas, .ops, .optimizers, ... (also as modules torch.tpu.<name>)
+    from tputool.backend import rng
+
+    rng.install_generator()  # torch.Generator(device="tpu")
     _register_kernels()
-    from tputool.backend import hf_generate, module_ties, serialization, storages
+    from tputool.backend import hf_accelerate, hf_generate, module_ties, serialization, storages
 
     module_ties.install()
     hf_generate.install()
+    hf_accelerate.install()
     serialization.install()
     serialization.install_pin_memory()
     storages.install()

@@ -195,22 +195,25 @@ class LoweredOp:
         self.fsig = fsig
         self.low = low
         self.name = str(op)
-        # Positions (in self.sig's order) of the functional op's arguments.
-        self.fpos = [self.sig.index[n] for n in fsig.names]
-        self.fkw = [fsig.kwarg_only[i] for i in range(len(fsig.names))]
-        self.fnames = fsig.names
+        # The functional op's arguments (their positions in self.sig's order), less `generator`: a random op
+        # draws its key from the generator's stream (`gen_pos`), which is no argument of the kernel.
+        fargs = [j for j, n in enumerate(fsig.names) if n != "generator"]
+        self.gen_pos = self.sig.index.get("generator") if low.needs_rng else None
+        self.fpos = [self.sig.index[fsig.names[j]] for j in fargs]
+        self.fkw = [fsig.kwarg_only[j] for j in fargs]
+        self.fnames = [fsig.names[j] for j in fargs]
         self.fkinds = [self.sig.kinds[p] for p in self.fpos]
         if low.dynamic_floats:  # `float` arguments traced like Scalars
             self.fkinds = [SC if isinstance(fsig.args[j].type, torch._C.FloatType) else k
-                           for j, k in enumerate(self.fkinds)]
-        self.fdefaults = fsig.defaults
+                           for j, k in zip(fargs, self.fkinds, strict=True)]
+        self.fdefaults = [fsig.defaults[j] for j in fargs]
         self.single = len(fsig.returns) == 1 and fsig.returns[0] == "Tensor"
         self.dyn_scalars = not low.static_scalars
         self._fns: dict = {}
         # Fast path (plain functional calls, positional arguments only): type(arg) for each argument ->
         # a _Plan, or False where those types need the general path (lists, dynamic Scalar arguments).
         self._plans: dict[tuple, _Plan | bool] = {}
-        self._fast_ok = type(self) is LoweredOp
+        self._fast_ok = type(self) is LoweredOp and (self.gen_pos is None or self.sig.kwarg_only[self.gen_pos])
         self.host_args = op_plan.plan(op).host_args
         self.checked = low.checked
         """The kernel returns (results, check record): an index check for the next sync point (`asserts`)."""
@@ -299,7 +302,8 @@ class LoweredOp:
         """
         key, dyn = self._prepare(vals)
         if self.low.needs_rng:
-            dyn.insert(0, rng.next_words())
+            gen = None if self.gen_pos is None else vals[self.gen_pos]
+            dyn.insert(0, rng.next_words() if gen is None else rng.next_words(rng.stream_of(gen)))
         k = (key, extra_key) if extra_key else key
         fn = self._fns.get(k)
         if fn is None:

@@ -3,7 +3,9 @@
 Warns once per op and records a "fallback" event each time. `TPUTOOL_FALLBACK=error` makes it raise
 `NotImplementedError` naming the op instead (use it to prove a model runs entirely on the device).
 In-place and out= arguments are written back into the original tpu tensors (resized if the CPU kernel
-resized them); tpu devices among the arguments (factory ops) become `cpu` for the CPU call.
+resized them); tpu devices among the arguments (factory ops) become `cpu` for the CPU call. A random op draws
+from a CPU generator seeded from the tpu stream its `generator=` names (the default one for None:
+`rng.cpu_generator`), so tpu seeds govern it as they govern the tpu kernels.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import warnings
 import torch
 from torch.utils._pytree import tree_map
 
-from tputool.backend import events
+from tputool.backend import events, rng
 from tputool.backend import tensor as tt
 
 _warned: set[str] = set()
+_generator_pos: dict[torch._ops.OpOverload, int | None] = {}
+"""Op -> the schema position of its `generator` argument (None: it has none)."""
 
 
 class FallbackError(NotImplementedError):
@@ -57,6 +61,14 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
 
     c_args = tree_map(to_cpu, args)
     c_kwargs = tree_map(to_cpu, kwargs)
+    g = _generator_pos.get(op, -1)
+    if g == -1:
+        g = _generator_pos[op] = next((i for i, a in enumerate(op._schema.arguments) if a.name == "generator"), None)
+    if g is not None:
+        if g < len(c_args):
+            c_args = (*c_args[:g], rng.cpu_generator(c_args[g]), *c_args[g + 1:])
+        else:
+            c_kwargs["generator"] = rng.cpu_generator(c_kwargs.get("generator"))
     if "device" in c_kwargs and isinstance(c_kwargs["device"], str) and c_kwargs["device"].startswith("tpu"):
         c_kwargs["device"] = "cpu"
     out = op(*c_args, **c_kwargs)

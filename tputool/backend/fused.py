@@ -720,12 +720,16 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         targets = op_plan.written_tensors(vals, written)
         if not all(_is_data_tensor(t) for t in targets):
             return NotImplemented
+    gen = None
+    if low.needs_rng and "generator" in kwargs:  # (the key is drawn from its stream: no argument of the node)
+        kwargs = dict(kwargs)
+        gen = kwargs.pop("generator")
     conv = _kinds(f, args, kwargs, TRACE, low.static_scalars)
     if conv is None:
         return NotImplemented
     a, kinds, kw, kw_kinds = conv
     if low.needs_rng:
-        kw = {**kw, "rng_words": TRACE._ext(rng.next_words())}
+        kw = {**kw, "rng_words": TRACE._ext(rng.next_words() if gen is None else rng.next_words(rng.stream_of(gen)))}
         kw_kinds = {**kw_kinds, "rng_words": KIND_D}
     if low.checked:  # (the node about to be recorded; rolled back with it if recording fails)
         TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))

@@ -25,11 +25,17 @@ def install() -> None:
     """Patch HF's cache choice now if transformers is loaded, else when it is (idempotent)."""
     if os.environ.get(ENV, "1") == "0":
         return
-    mod = sys.modules.get(_MODULE)
+    after_import(_MODULE, _patch)
+
+
+def after_import(name: str, patch) -> None:
+    """Run `patch(module)` on module `name` now if it is loaded, else right after it is first imported (once per
+    name; `patch` must be idempotent)."""
+    mod = sys.modules.get(name)
     if mod is not None:
-        _patch(mod)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+        patch(mod)
+    elif not any(isinstance(f, _Finder) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(name, patch))
 
 
 def _patch(mod) -> None:
@@ -51,25 +57,28 @@ def _patch(mod) -> None:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Runs `_patch` right after `transformers.generation.utils` executes."""
+    """Runs `patch` right after module `name` executes."""
+
+    def __init__(self, name: str, patch) -> None:
+        self.name, self.patch = name, patch
 
     def find_spec(self, name, path, target=None):
-        if name != _MODULE:
+        if name != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _Loader(spec.loader)
+        spec.loader = _Loader(spec.loader, self.patch)
         return spec
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, inner) -> None:
-        self.inner = inner
+    def __init__(self, inner, patch) -> None:
+        self.inner, self.patch = inner, patch
 
     def create_module(self, spec):
         return self.inner.create_module(spec)
 
     def exec_module(self, module) -> None:
         self.inner.exec_module(module)
-        _patch(module)
+        self.patch(module)

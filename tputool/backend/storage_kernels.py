@@ -184,9 +184,21 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_bl
         out = out.conj_physical()
     if self.is_neg():
         out = out.neg()
+    if memory_format in (None, torch.preserve_format):
+        if not self.is_contiguous() and _dense(self):  # (PyTorch keeps such strides)
+            out = torch.empty_strided(self.size(), self.stride(), dtype=out.dtype).copy_(out)
+    elif memory_format is not torch.contiguous_format:
+        out = out.contiguous(memory_format=memory_format)
     if target.type != "cpu" or out.dtype != dtype:
         out = out.to(device=target, dtype=dtype)
     return out
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense (torch._prims_common's test, imported late: torch imports the backend)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return is_non_overlapping_and_dense_or_false(t)
 
 
 _BIT_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Conjugate) | torch._C.DispatchKeySet(

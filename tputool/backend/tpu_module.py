@@ -232,28 +232,24 @@ def empty_cache() -> None:
 
 # ---- RNG ---------------------------------------------------------------------------------------------
 
-_initial_seed = runtime.STATE.rng_seed
-
 _eager_only = torch.compiler.disable
 """For the RNG state functions: a compiled function calling them runs them eagerly (a graph break), as
 Dynamo does for CUDA's; tracing them would reach numpy's uint64 packing, which Dynamo cannot trace."""
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the tpu random stream (one stream serves every device)."""
-    global _initial_seed
-    _initial_seed = int(seed)
+    """Seed the tpu default random stream (one stream serves every device)."""
     rng.manual_seed(seed)
 
 
 def manual_seed_all(seed: int) -> None:
-    """Same as manual_seed: the backend has one random stream."""
+    """Same as manual_seed: the backend has one default random stream."""
     manual_seed(seed)
 
 
 def seed() -> None:
-    """Seed the tpu stream with a non-deterministic number."""
-    manual_seed(int.from_bytes(__import__("os").urandom(8), "little"))
+    """Seed the tpu default stream with a non-deterministic number."""
+    manual_seed(int.from_bytes(os.urandom(8), "little"))
 
 
 def seed_all() -> None:
@@ -262,13 +258,13 @@ def seed_all() -> None:
 
 
 def initial_seed() -> int:
-    """The seed last given to manual_seed (or the default one)."""
-    return _initial_seed
+    """The seed the default stream started from (the last manual_seed, or the state set last)."""
+    return runtime.STATE.rng_seed
 
 
 @_eager_only
 def get_rng_state(device="tpu") -> torch.Tensor:
-    """The tpu random stream's state (a CPU uint8 tensor)."""
+    """The tpu default random stream's state (a CPU uint8 tensor)."""
     return rng.get_state()
 
 
@@ -288,9 +284,16 @@ def set_rng_state_all(states) -> None:
     rng.set_state(states[0])
 
 
-default_generators: tuple = ()
-"""Empty: torch.Generator(device="tpu") cannot be created from Python; the backend owns its JAX key
-stream (seed it with torch.manual_seed / torch.tpu.manual_seed)."""
+_default_generators: tuple = ()
+
+
+def __getattr__(name: str):
+    if name == "default_generators":  # (made on first use: the device count starts JAX)
+        global _default_generators
+        if not _default_generators:
+            _default_generators = tuple(rng.TpuGenerator(i, runtime.STATE) for i in range(device_count()))
+        return _default_generators
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- events and streams ------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ def register() -> None:
     for name in BACKEND_NAMES:
         if name not in dist.Backend.backend_list:
             dist.Backend.register_backend(name, _creator(name), devices=["tpu", "cpu"])
-    from tputool.backend.distributed import jax_runtime
+    from tputool.backend.distributed import ddp_stats, jax_runtime
 
+    ddp_stats.install()
     jax_runtime.install_early_start()

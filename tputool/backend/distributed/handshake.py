@@ -4,8 +4,10 @@ Before every collective the ranks exchange its signature (sequence number, colle
 a rank that does not arrive within the group's timeout is named in a RuntimeError (never a hang), and
 different calls on two ranks are named side by side. A rank whose process stopped is named sooner: past the first
 second of waiting, the missing ranks' heartbeats (`liveness`) are read every `liveness.WINDOW` seconds, and one
-that did not move fails the exchange at once (a rank that is alive but late, compiling say, is waited for). TPUTOOL_DIST_CHECKS=0 skips the exchange (collectives
-still run; a missing rank then surfaces only as the runtime's own error or timeout).
+that did not move fails the exchange at once (a rank that is alive but late, compiling say, is waited for).
+The store is polled (`check`), never waited on with a timeout: a timed-out `Store.wait` makes torch's TCPStore
+print `waitForInput ... timed out` warnings, which a clean run must not show. TPUTOOL_DIST_CHECKS=0 skips the
+exchange (collectives still run; a missing rank then surfaces only as the runtime's own error or timeout).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ _FIRST_WAIT_S = 1.0
 rank arriving within a second, reads nothing more)."""
 
 _POLL_S = 0.05
-"""Seconds between two looks at the store while a rank is late."""
+"""Longest time between two looks at the store while a rank is late."""
+
+_MIN_POLL_S = 0.0002
+"""Shortest time between two looks: the pause grows with the time waited (a quarter of it), so a peer a few
+milliseconds late is seen within about a quarter of its lateness, and a long wait costs few round trips."""
 
 
 class Handshake:
@@ -46,17 +52,31 @@ class Handshake:
         """Every rank's `value` for `tag`, in rank order; RuntimeError naming the ranks missing at the timeout."""
         keys = [f"{tag}/{r}" for r in range(self.size)]
         self.store.set(keys[self.rank], value)
-        deadline = time.monotonic() + self.timeout.total_seconds()
+        start = time.monotonic()
+        deadline = start + self.timeout.total_seconds()
+        cause = None
         try:
-            self.store.wait(keys, timedelta(seconds=min(_FIRST_WAIT_S, self.timeout.total_seconds())))
-        except Exception as e:  # noqa: BLE001 - DistStoreError, or the store itself gone with its host
-            self._wait_watching(keys, what, deadline, e)
+            arrived = self._poll(keys, start, min(deadline, start + _FIRST_WAIT_S))
+        except Exception as e:  # noqa: BLE001 - DistStoreError: the store itself gone with its host
+            arrived, cause = False, e
+        if not arrived:
+            self._wait_watching(keys, what, deadline, cause)
         return [v.decode() for v in self.store.multi_get(keys)]
 
-    def _wait_watching(self, keys: list[str], what: str, deadline: float, cause: Exception) -> None:
+    def _poll(self, keys: list[str], start: float, end: float) -> bool:
+        """True once every key of `keys` is in the store, False at `end` (seconds on the monotonic clock; the
+        wait began at `start`). Looks at once, then after pauses of a quarter of the time waited so far."""
+        while True:
+            if self.store.check(keys):
+                return True
+            now = time.monotonic()
+            if now >= end:
+                return False
+            time.sleep(min(_POLL_S, max(_MIN_POLL_S, (now - start) / 4), end - now))
+
+    def _wait_watching(self, keys: list[str], what: str, deadline: float, cause: Exception | None) -> None:
         """Poll for `keys` until `deadline`, reading the missing ranks' heartbeats every `liveness.WINDOW`
-        seconds; RuntimeError (the process marked failed) at the deadline or once a missing rank stopped.
-        (Polling `check`: a timed-out `wait` makes torch's store print warnings.)"""
+        seconds; RuntimeError (the process marked failed) at the deadline or once a missing rank stopped."""
         beats = None
         while True:
             stopped, beats = self._stopped(keys, beats)
@@ -86,16 +106,16 @@ class Handshake:
             return [], now
         return [r for r, n in now.items() if n and n == beats.get(r)], now
 
-    def _missing(self, keys: list[str], what: str, cause: Exception, stopped: list[int]) -> RuntimeError:
+    def _missing(self, keys: list[str], what: str, cause: Exception | None, stopped: list[int]) -> RuntimeError:
         if stopped:
             return RuntimeError(f"{self.name}: {what}: rank(s) {', '.join(map(str, stopped))} of {self.size} "
                                 f"stopped (no heartbeat for {liveness.WINDOW:g}s) before joining (rank "
                                 f"{self.rank} waited)")
         try:
             gone = [r for r, k in enumerate(keys) if not self.store.check([k])]
-        except Exception:  # noqa: BLE001 - the store's host (rank 0 of the job) is gone
+        except Exception as e:  # noqa: BLE001 - the store's host (rank 0 of the job) is gone
             return RuntimeError(f"{self.name}: {what}: the c10d store is unreachable (its host, rank 0, may have "
-                                f"died): {cause}")
+                                f"died): {cause or e}")
         secs = self.timeout.total_seconds()
         return RuntimeError(f"{self.name}: {what}: rank(s) {', '.join(map(str, gone))} of {self.size} did not "
                             f"join within the timeout ({secs:g}s): the process died, hangs, or skipped this "

@@ -89,10 +89,11 @@ def _arange_dtype(start, end, step, dtype):
 def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     dt = _arange_dtype(start, end, step, dtype)
     if jnp.issubdtype(dt, jnp.integer):
-        # PyTorch casts the bounds to the integer type first.
-        start, end, step = int(start), int(end), int(step)
-        n = max(0, -(-(end - start) // step))
-        return (start + step * jnp.arange(n, dtype=jnp.int64)).astype(dt)
+        # PyTorch computes the values from the bounds cast to the integer type; the length from them too for
+        # int64, from the bounds as given for narrower types (as its CPU and CUDA kernels do).
+        istart, iend, istep = int(start), int(end), int(step)
+        n = -(-(iend - istart) // istep) if dt == jnp.int64 else math.ceil((end - start) / step)
+        return (istart + istep * jnp.arange(max(0, n), dtype=jnp.int64)).astype(dt)
     n = max(0, math.ceil((end - start) / step))
     return (start + step * jnp.arange(n, dtype=jnp.float64)).astype(dt)
 

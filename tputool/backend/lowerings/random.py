@@ -17,15 +17,23 @@ def _draw_dtype(dt):
     return jnp.float64 if dt == jnp.float64 else jnp.float32
 
 
+def _floats_only(dt, what: str) -> None:
+    """PyTorch's refusal of an integer or bool dtype for a continuous distribution (NotImplementedError)."""
+    if dt == jnp.bool_ or jnp.issubdtype(dt, jnp.integer):
+        raise NotImplementedError(f'"{what}" not implemented for {jnp.dtype(dt).name}')
+
+
 @lowering(aten.uniform.default, needs_rng=True)
 def uniform(self, from_=0.0, to=1.0, *, generator=None, rng_key, **kw):
     lo = kw.get("from", from_)
+    _floats_only(self.dtype, "check_uniform_bounds")
     u = jax.random.uniform(rng_key, self.shape, _draw_dtype(self.dtype))
     return (lo + u * (to - lo)).astype(self.dtype)
 
 
 @lowering(aten.normal_functional.default, needs_rng=True)
 def normal(self, mean=0.0, std=1.0, *, generator=None, rng_key):
+    _floats_only(self.dtype, "normal_kernel")
     return (mean + std * jax.random.normal(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
 
 
@@ -119,9 +127,9 @@ def cauchy(self, median=0.0, sigma=1.0, *, generator=None, rng_key):
     return (median + sigma * jax.random.cauchy(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
 
 
-@lowering(aten.randperm.default, needs_rng=True, static_scalars=True)
-def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, rng_key):
-    return jax.random.permutation(rng_key, n).astype(np_dtype(dtype) or jnp.int64)
+@lowering(aten.randperm.default, aten.randperm.generator, needs_rng=True, static_scalars=True)
+def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, generator=None, rng_key):
+    return jax.random.permutation(rng_key, n).astype(_int_dtype(dtype))
 
 
 @lowering(aten.native_dropout.default, needs_rng=True)
@@ -140,25 +148,68 @@ def native_dropout_backward(grad_output, mask, scale):
     return (grad_output * mask.astype(grad_output.dtype) * scale).astype(grad_output.dtype)
 
 
-@lowering(aten.rand.default, needs_rng=True, static_scalars=True)
-def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key):
+@lowering(aten.rand.default, aten.rand.generator, needs_rng=True, static_scalars=True)
+def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, generator=None, rng_key):
     dt = np_dtype(dtype) or default_float()
+    _floats_only(dt, "check_uniform_bounds")
     return jax.random.uniform(rng_key, tuple(size), _draw_dtype(dt)).astype(dt)
 
 
-@lowering(aten.randn.default, needs_rng=True, static_scalars=True)
-def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, rng_key):
+@lowering(aten.randn.default, aten.randn.generator, needs_rng=True, static_scalars=True)
+def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, generator=None, rng_key):
     dt = np_dtype(dtype) or default_float()
+    _floats_only(dt, "normal_kernel")
     return jax.random.normal(rng_key, tuple(size), _draw_dtype(dt)).astype(dt)
 
 
-@lowering(aten.rand_like.default, needs_rng=True)
-def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, rng_key):
+@lowering(aten.rand_like.default, aten.rand_like.generator, needs_rng=True)
+def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None,
+              rng_key):
     dt = np_dtype(dtype) or self.dtype
+    _floats_only(dt, "check_uniform_bounds")
     return jax.random.uniform(rng_key, self.shape, _draw_dtype(dt)).astype(dt)
 
 
-@lowering(aten.randn_like.default, needs_rng=True)
-def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, rng_key):
+@lowering(aten.randn_like.default, aten.randn_like.generator, needs_rng=True)
+def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None,
+               rng_key):
     dt = np_dtype(dtype) or self.dtype
+    _floats_only(dt, "normal_kernel")
     return jax.random.normal(rng_key, self.shape, _draw_dtype(dt)).astype(dt)
+
+
+def _int_dtype(dtype):
+    """randint's dtype: the schema's default arrives as ScalarType code 4 (int64) when none was given."""
+    return jnp.int64 if dtype is None or dtype == 4 else np_dtype(dtype)
+
+
+def _checked_range(lo: int, hi: int) -> None:
+    if not lo < hi:
+        raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={hi}")
+
+
+@lowering(aten.randint.default, aten.randint.generator, needs_rng=True, static_scalars=True)
+def randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, generator=None, rng_key):
+    _checked_range(0, high)
+    return _randint(rng_key, tuple(size), 0, high, _int_dtype(dtype))
+
+
+@lowering(aten.randint.low, aten.randint.low_generator, needs_rng=True, static_scalars=True)
+def randint_low(low, high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, generator=None,
+                rng_key):
+    _checked_range(low, high)
+    return _randint(rng_key, tuple(size), low, high, _int_dtype(dtype))
+
+
+@lowering(aten.randint_like.default, aten.randint_like.generator, needs_rng=True, static_scalars=True)
+def randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
+                 generator=None, rng_key):
+    _checked_range(0, high)
+    return _randint(rng_key, self.shape, 0, high, np_dtype(dtype) or self.dtype)
+
+
+@lowering(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype, needs_rng=True, static_scalars=True)
+def randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
+                     generator=None, rng_key):
+    _checked_range(low, high)
+    return _randint(rng_key, self.shape, low, high, np_dtype(dtype) or self.dtype)
