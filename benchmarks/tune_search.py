@@ -10,6 +10,10 @@ All times are CPU measurements on simulated devices: they check the machinery, t
 strategies (see shared/reference/tpu-tuning.md).
 
     python benchmarks/tune_search.py [--cache /tmp/tune_cache.json] [--fraction 0.3333] [--steps 3]
+
+`--wall BASE_REV [--rounds N]` instead times the default command a user runs, `tputool tune --model llama
+--cpu-devices 8`, end to end (a fresh process each time): BASE_REV checked out in a temporary git worktree,
+then this checkout, interleaved N rounds, with the load average around each run.
 """
 
 from __future__ import annotations
@@ -38,7 +42,11 @@ def main() -> int:
     ap.add_argument("--fraction", type=float, default=1 / 3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--precisions", default="bf16", help="comma list: bf16,fp32 doubles the space")
+    ap.add_argument("--wall", metavar="BASE_REV", default=None, help="time the default tune command: BASE_REV vs this")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
+    if args.wall:
+        return wall(args.wall, args.rounds)
 
     import jax
 
@@ -130,6 +138,53 @@ def main() -> int:
     good = ratio >= 0.95 and len(looked) <= len(rows) / 3 + 1e-9 and not overlap
     print("RESULT:", "PASS" if good else "FAIL")
     return 0 if good else 1
+
+
+def _timed_tune(tree: str) -> tuple[float, str, tuple[float, float]]:
+    """Wall seconds of the default `tputool tune --model llama --cpu-devices 8` with `tree` first on the path,
+    the output's "ran/predicted" line, and the 1-minute load average before and after."""
+    import re
+    import subprocess
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env["PYTHONPATH"] = tree
+    with tempfile.TemporaryDirectory() as tmp:
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "tputool", "tune", "--model", "llama", "--cpu-devices", "8",
+                            "--out", os.path.join(tmp, "t.yaml")], cwd=tmp, env=env, capture_output=True, text=True)
+        secs = time.perf_counter() - t0
+    out = " ".join(p.stdout.split())
+    ran = re.search(r"(ran \d+ of \d+ candidates[^;]*|predicted \d+ candidates[^;]*; ran \d+ of them)", out)
+    what = ran.group(0) if ran else f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}"
+    return secs, what, (load0, os.getloadavg()[0])
+
+
+def wall(base: str, rounds: int) -> int:
+    """Interleave `rounds` timed default runs of BASE (a temporary worktree) and this checkout."""
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = os.path.join(tmp, "base")
+        subprocess.run(["git", "-C", root, "worktree", "add", "--detach", tree, base], check=True,
+                       capture_output=True)
+        try:
+            times: dict[str, list[float]] = {"base": [], "this": []}
+            for i in range(rounds):
+                for name, where in (("base", tree), ("this", root)):
+                    secs, what, (l0, l1) = _timed_tune(where)
+                    times[name].append(secs)
+                    print(f"round {i + 1} {name:4s} ({base if name == 'base' else 'this checkout'}): {secs:6.1f} s; "
+                          f"{what}; load avg {l0:.2f} -> {l1:.2f}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", root, "worktree", "remove", "--force", tree], capture_output=True)
+    b, t = min(times["base"]), min(times["this"])
+    print(f"default tune --model llama --cpu-devices 8: best {b:.1f} s before, {t:.1f} s after = "
+          f"{b / t:.2f}x faster ({os.cpu_count()} cores on this machine)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,8 +6,14 @@ import sys
 
 import typer
 
+from tputool.cli.choices import TextOrJson
+
 NOTHING_FITS = 3
 """`tune`'s exit status when no candidate fits in memory (2 stays the usage error)."""
+
+MEASURE_DEFAULT = 8
+"""Candidates run by default in measured mode: enough for one per leading mesh shape and a few corrected picks,
+few enough that a laptop answers in about a minute."""
 
 
 def tune_cmd(
@@ -17,6 +23,8 @@ def tune_cmd(
     out: str = typer.Option("tputool-tune.yaml", "--out", help="Where to write the winning configuration."),
     cpu_devices: int = typer.Option(None, "--cpu-devices", min=1, help="Measure on N simulated CPU devices."),
     fraction: float = typer.Option(1 / 3, "--fraction", min=0.0, max=1.0, show_default="1/3", help="Largest share of candidates to run (measured mode)."),
+    measure: int = typer.Option(MEASURE_DEFAULT, "--measure", min=1, help="Most candidates to run (measured mode): "
+                                "the cost model chooses them; the rest are ranked by prediction only."),
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes per data shard to try."),
     remat: str = typer.Option("auto", "--remat", help="Remat policies to try (none, save-dots, save-qkv, full, "
                               "offload); auto: all a mode can run."),
@@ -35,6 +43,7 @@ def tune_cmd(
                                   "directory of a real run, write them to --out, and report."),
     config: str = typer.Option(None, "--config", help="With --calibrate: the tputool-tune.yaml the traced run used."),
     limit: int = typer.Option(15, "--show", min=0, help="Rows of the ranked table to print."),
+    fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.tune/1)."),
     html_out: str = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page "
                                  "with plots (needs matplotlib: the report extra)."),
 ) -> None:
@@ -65,38 +74,47 @@ def tune_cmd(
     else:
         host_only_jax()
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from tputool.errors import UserError
     from tputool.tune.api import tune_model
     from tputool.tune.config import write_config
-    from tputool.tune.report import print_result
+    from tputool.tune.report import print_result, to_json
 
+    json_out = fmt == TextOrJson.json
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("measuring" if target is None else "compiling for TPU", total=None)
+    # progress goes to stderr, and only to a terminal: piped or JSON output stays clean
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=json_out or not err.is_terminal) as bar:
+        task = bar.add_task("preparing: model, host calibration, predictions" if target is None
+                            else "compiling for TPU", total=None)
 
         def progress(row, i, n):
-            bar.update(task, total=n, completed=i, description=f"{row.candidate.key}: {row.status}")
+            verb = "measuring" if target is None else "compiling"
+            what = f"{verb} {row.candidate.key}" if row.status == "running" else f"{row.candidate.key}: {row.status}"
+            bar.update(task, total=n, completed=i, description=what)
 
         result = tune_model(model, target=target, overrides=parse_overrides(set_), space=space, fraction=fraction,
                             hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress,
-                            calibration=calibration)
-    print_result(result, console, limit)
+                            calibration=calibration, top=measure)
+    if json_out:
+        typer.echo(to_json(result))
+    else:
+        print_result(result, console, limit)
     if html_out is not None:
         from tputool.reports import tune as html_report
         from tputool.reports import write
 
-        console.print(f"wrote {write(html_out, html_report.render(result, limit))}")
+        (err if json_out else console).print(f"wrote {write(html_out, html_report.render(result, limit))}")
     if result.winner is None:
-        from tputool.errors import UserError
-
         if result.no_fit is not None:
             change = result.no_fit.change
-            err = UserError("nothing fits" + (f"; smallest change that fits: {change.what}" if change else ""))
-            err.exit_code = NOTHING_FITS
-            raise err
+            nothing_fits = UserError("nothing fits" + (f"; smallest change that fits: {change.what}" if change else ""))
+            nothing_fits.exit_code = NOTHING_FITS
+            raise nothing_fits
         raise UserError("no candidate ran successfully: nothing to write")
-    console.print(f"wrote {write_config(result, out)}")
+    (err if json_out else console).print(f"wrote {write_config(result, out)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ estimates and measurements.
 from __future__ import annotations
 
 from tputool.reports import html, plots
+from tputool.tune.report import how_used
 from tputool.tune.search import GIB, Row, TuneResult
 
 MISFITS_SHOWN = 5
@@ -135,9 +136,7 @@ def render(result: TuneResult, limit: int = 15) -> str:
     winner = result.winner.candidate.key if result.winner is not None else "none"
     facts = f"{result.label}; {len(result.rows)} candidates"
     if result.mode == "measured":
-        rho = result.spearman()
-        facts += (f", {len(result.measured)} run (budget {result.budget}); Spearman(predicted, measured) = "
-                  + ("n/a" if rho is None else f"{rho:.2f}"))
+        facts += "; " + "; ".join(how_used(result))
     parts = [html.para(f"winner: {winner}", "verdict"), html.para(facts, "facts")]
     if rows:
         what = ("every candidate run, fastest measured first" if result.mode == "measured" else

@@ -75,20 +75,22 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
                space: SearchSpace | None = None, fraction: float = 1 / 3, hbm_bytes: float | None = None,
                steps: int = 3, compile_top: int = 3,
                progress: Callable[[Row, int, int], None] | None = None,
-               calibration: str | None = None) -> TuneResult:
-    """Search `model`'s configurations: measured on the local devices, or predicted for a TPU `target`
-    (achievable fractions from the `calibration` YAML, default the fit on published runs)."""
+               calibration: str | None = None, top: int | None = None) -> TuneResult:
+    """Search `model`'s configurations: measured on the local devices (at most `fraction` of the candidates
+    and at most `top` are run), or predicted for a TPU `target` (achievable fractions from the `calibration`
+    YAML, default the fit on published runs)."""
     rm = resolve_model(model, overrides)
     log = XlaLog()
     result = _search(rm, log, target=target, space=space or SearchSpace(), fraction=fraction, hbm_bytes=hbm_bytes,
-                     steps=steps, compile_top=compile_top, progress=progress, calibration=calibration)
+                     steps=steps, compile_top=compile_top, progress=progress, calibration=calibration, top=top)
     result.notes.extend(log.summary())
     return result
 
 
 def _search(rm: ResolvedModel, log: XlaLog, *, target: str | None, space: SearchSpace, fraction: float,
             hbm_bytes: float | None, steps: int, compile_top: int,
-            progress: Callable[[Row, int, int], None] | None, calibration: str | None) -> TuneResult:
+            progress: Callable[[Row, int, int], None] | None, calibration: str | None,
+            top: int | None = None) -> TuneResult:
     """The measured or predicted search of `tune_model` (compile warnings filed in `log`)."""
     if not 0 < fraction <= 1:
         raise UserError(f"--fraction must be in (0, 1], got {fraction}")
@@ -124,4 +126,4 @@ def _search(rm: ResolvedModel, log: XlaLog, *, target: str | None, space: Search
     else:
         raise UserError(f"measured mode runs on TPU or CPU devices, found {platform}; use --target to predict")
     return tune_measured(rm.dims, hw, space, measured_runner(rm, steps, log), fraction, rm.param_shapes,
-                         progress, label)
+                         progress, label, top=top)

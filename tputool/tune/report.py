@@ -88,18 +88,70 @@ def rejected_table(result: TuneResult, limit: int = 12) -> Table | None:
     return t if shown else None
 
 
+def how_used(result: TuneResult) -> list[str]:
+    """What was predicted, what was measured, and what each says (measured mode); empty in predicted mode."""
+    if result.mode != "measured":
+        return []
+    n, ran = len(result.rows), len(result.measured)
+    failed = sum(r.status == "failed" for r in result.rows)
+    lines = [f"predicted {n} candidates with the cost model; ran {ran + failed} of them here (budget {result.budget}, "
+             f"the cost model's choice){f', {failed} failed' if failed else ''}; the other {n - ran - failed} are "
+             "ranked by prediction only"]
+    rho = result.spearman()
+    if result.hardware.kind == "cpu":
+        lines += [
+            f"the cost model here uses rates calibrated on this host ({result.hardware.name}), not a TPU's; "
+            "the CPU runs check that each chosen candidate compiles and runs, give its step time on this host, "
+            "and correct the model's CPU-side overheads to choose which candidates to run",
+            "the CPU step times are not evidence for a TPU ranking: simulated devices share this host's cores "
+            "and memory, with no ICI; to rank for a TPU use --target (e.g. --target v5e-8), which ranks by the "
+            "cost model with TPU rates",
+            f"agreement of the host-calibrated cost model with this host's {ran} measured rows: Spearman = "
+            f"{'n/a (fewer than 3 rows)' if rho is None else f'{rho:.2f}'} (a check of the model on this CPU)",
+            "the winner is the fastest measured on this host: a configuration that runs, not the best for a TPU",
+        ]
+    else:
+        lines.append(f"Spearman(predicted, measured) over the {ran} measured rows = "
+                     f"{'n/a (fewer than 3 rows)' if rho is None else f'{rho:.2f}'}")
+    return lines
+
+
+def winner_line(result: TuneResult) -> str | None:
+    """`winner: KEY` (the key alone, for scripts), or None."""
+    return None if result.winner is None else f"winner: {result.winner.candidate.key}"
+
+
+def to_json(result: TuneResult) -> str:
+    """The result as a JSON document (schema tputool.tune/1): counts, how the parts were used, every row."""
+    import json
+
+    def row(r) -> dict:
+        e = r.estimate
+        return {"candidate": r.candidate.key, "knobs": r.candidate.to_dict(), "status": r.status,
+                "reason": r.reason, "predicted_rank": r.predicted_rank, "predicted_tokens_per_s": e.tokens_per_s,
+                "predicted_step_s": e.step_s, "predicted_memory_bytes": e.memory.total,
+                "measured": r.measurement.to_dict() if r.measurement else None,
+                "measured_tokens_per_s": r.measured_tokens_per_s, "compiled_memory_bytes": r.compiled_memory}
+
+    doc = {"schema": "tputool.tune/1", "model": result.model, "mode": result.mode, "label": result.label,
+           "hardware": result.hardware.name, "predicted": len(result.rows), "measured": len(result.measured),
+           "budget": result.budget, "spearman": result.spearman(), "how": how_used(result),
+           "winner": result.winner.candidate.key if result.winner else None, "notes": list(result.notes),
+           "no_fit": result.no_fit.lines() if result.no_fit is not None else None,
+           "rows": [row(r) for r in result.rows],
+           "rejected": [{"what": x.what, "stage": x.stage, "reason": x.reason} for x in result.rejected]}
+    return json.dumps(doc, indent=2)
+
+
 def print_result(result: TuneResult, console: Console | None = None, limit: int = 15) -> None:
-    """Print the ranked table, the rejections, and the headline numbers."""
+    """Print the ranked table, the rejections, how predictions and measurements were used, and the winner."""
     console = console or Console()
     console.print(ranked_table(result, limit))
     rej = rejected_table(result)
     if rej is not None:
         console.print(rej)
-    n = len(result.rows)
-    if result.mode == "measured":
-        rho = result.spearman()
-        console.print(f"ran {len(result.measured)} of {n} candidates (budget {result.budget}); "
-                      f"Spearman(predicted, measured) = {'n/a' if rho is None else f'{rho:.2f}'}")
+    for line in how_used(result):
+        console.print(escape(line))
     if result.mode == "predicted" and result.winner is not None:
         e = result.winner.estimate
         terms = ", ".join(f"{k} {100 * v / e.step_s:.0f}%" for k, v in e.terms.items() if v > 0)
@@ -110,5 +162,6 @@ def print_result(result: TuneResult, console: Console | None = None, limit: int 
     if result.no_fit is not None:
         for line in result.no_fit.lines():
             console.print(escape(line))
-    if result.winner is not None:
-        console.print(f"winner: {result.winner.candidate.key}")
+    line = winner_line(result)
+    if line is not None:
+        console.print(escape(line))

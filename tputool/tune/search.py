@@ -32,7 +32,7 @@ class Row:
     candidate: Candidate
     estimate: Estimate
     predicted_rank: int = 0
-    status: str = "predicted"  # measured | predicted | compiled | pruned | memory | failed
+    status: str = "predicted"  # measured | predicted | compiled | pruned | memory | failed (running: while run)
     reason: str = ""
     measurement: Measurement | None = None
     compiled_memory: float | None = None  # bytes/device from a TPU compile (predicted mode)
@@ -146,8 +146,9 @@ def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
                   run: Callable[[Candidate], Measurement], fraction: float = 1 / 3,
                   param_shapes: dict[str, tuple[int, ...]] | None = None,
                   progress: Callable[[Row, int, int], None] | None = None, label: str = "",
-                  refine: bool = True) -> TuneResult:
-    """Run at most `fraction` of the fitting candidates with `run`, chosen by the cost model; fastest wins.
+                  refine: bool = True, top: int | None = None) -> TuneResult:
+    """Run at most `fraction` of the fitting candidates (and at most `top`) with `run`, chosen by the cost
+    model; fastest wins. `progress(row, i, n)` is called before (row.status "running") and after each run.
 
     With `refine`, the first half of the budget goes to the predicted-best candidate of each mesh shape,
     then each next candidate is the best by the roofline corrected with the measurements so far (see
@@ -158,10 +159,15 @@ def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
 
     rows, rejected = predict_all(dims, hw, space, param_shapes)
     budget = run_budget(len(rows), fraction)
+    if top is not None:
+        budget = max(1, min(budget, top))
     fitting = [r for r in rows if r.status != "memory"]
     done: list[Row] = []
 
     def step(r: Row) -> None:
+        if progress is not None:
+            r.status = "running"
+            progress(r, len(done), min(budget, len(fitting)))
         _measure_row(r, run)
         done.append(r)
         if progress is not None:
