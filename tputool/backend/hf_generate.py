@@ -58,7 +58,9 @@ def _patch(mod) -> None:
                 and generation_config.use_cache is not False and getattr(self, "device", None) is not None
                 and self.device.type == "tpu" and not self.config.is_encoder_decoder):
             generation_config.cache_implementation = "static"  # this call's copy of the config
-            if generation_config.max_cache_len is None and generation_config.max_length is not None:
+            # (a transformers without the `max_cache_len` field sizes the cache per call, as before)
+            if (hasattr(generation_config, "max_cache_len") and generation_config.max_cache_len is None
+                    and generation_config.max_length is not None):
                 limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
                 generation_config.max_cache_len = cache_bucket(generation_config.max_length, limit)
         return original(self, generation_config, model_kwargs, *args, **kwargs)
