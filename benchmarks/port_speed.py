@@ -10,10 +10,12 @@ Then, side by side in one run, times
   port-N    the same with jobs=N;
 and prints the ratios port/floor. Targets: heavy port-N <= 1.3x floor-N; sparse well under 1x.
 
-With --memory SIZES (MB, e.g. 1,5): one file per size, built from the same torch modules with the CUDA
-snippet after each, and the peak resident memory of a fresh process that
-  parse    only parses it with libcst (the floor: libcst's tree of the whole file),
-  port     ports it (tputool's port_python, what `tputool port --max-file-size 100MB` runs on it),
+With --memory SIZES (MB, e.g. 1,5): two files per size, `modules` (the same torch modules with the CUDA
+snippet after each: most statements cold) and `hot` (copies of the snippet: every statement hot), and the peak resident memory and time of a fresh process that
+  parse    only parses it with libcst (libcst's tree of the whole file),
+  port     ports it (tputool's port_python, what `tputool port --max-file-size 100MB` runs on it: a file over
+           WINDOW_CHARS is rewritten a window of module-level statements at a time),
+  whole    ports it with windows off (the whole file's libcst tree at once, as before windows),
 printed per MB of source, interleaved. Files over --max-file-size (default 1 MB) are skipped by `port` (TPU940).
 
 Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1] [--memory 1,5]
@@ -143,22 +145,50 @@ if sys.argv[1] == "parse":
     import libcst
     libcst.parse_module(src)
 else:
-    from tputool.codemods.python import port_python
+    import tputool.codemods.python as engine
     from tputool.rules.model import Settings
-    port_python(src, sys.argv[2], Settings())
+    if sys.argv[1] == "whole":
+        engine.WINDOW_CHARS = len(src) + 1
+    real = engine._port_windows
+    def spy(*args):
+        result = real(*args)
+        print("windowed" if result is not None else "fell-back-whole")
+        return result
+    engine._port_windows = spy
+    engine.port_python(src, sys.argv[2], Settings())
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
 def big_file(base: Path, megabytes: float) -> Path:
-    """One valid Python file of about `megabytes` MB: torch modules, each followed by the CUDA snippet."""
+    """One valid Python file of about `megabytes` MB: torch modules, each followed by the CUDA snippet.
+
+    A module joins only when its imports stay unambiguous next to the others' (no name both imported and
+    defined, none imported with two meanings), as in one real large file: port then resolves names from the
+    imports (names.py) and can rewrite the file a window at a time, which is what the benchmark measures.
+    """
+    import ast
+
+    from tputool.codemods.python.speed.names import build_index, relevant_names
+    from tputool.codemods.python.tables import RELEVANT_ROOTS
+
     out, n = ["import torch as _bench_torch\n"], 0
+    targets: dict[str, str] = {}
+    bound: set[str] = set()
     for i, src in enumerate(_torch_sources(20_000, 60_000)):
         text = src.read_text(encoding="utf-8").replace("from __future__ import annotations", "")
         try:
-            compile(text, str(src), "exec")
+            tree = ast.parse(text)
         except SyntaxError:
             continue
+        index = build_index(text, RELEVANT_ROOTS, tree)
+        names = _bound_names(tree)
+        imported = relevant_names(index.targets, RELEVANT_ROOTS)
+        if (not index.exact or "torch" in names or imported & bound or names & set(targets)
+                or any(targets.get(k, v) != v for k, v in index.targets.items())):
+            continue
+        targets.update(index.targets)
+        bound |= names
         out += [text, SNIPPET.replace("_bench_train_step", f"_bench_train_step_{i}")]
         n += len(text)
         if n >= megabytes * 1e6:
@@ -168,28 +198,72 @@ def big_file(base: Path, megabytes: float) -> Path:
     return path
 
 
-def peak_bytes(mode: str, path: Path) -> int:
-    """Peak RSS of a fresh process that parses (`parse`) or ports (`port`) `path`."""
+def hot_file(base: Path, megabytes: float) -> Path:
+    """One file of about `megabytes` MB where every statement is hot: copies of the CUDA snippet."""
+    body = SNIPPET.replace("import torch as _bench_torch\n", "")
+    out, n, i = ["import torch as _bench_torch\n"], 0, 0
+    while n < megabytes * 1e6:
+        out.append(body.replace("_bench_train_step", f"_bench_train_step_{i}"))
+        n += len(out[-1])
+        i += 1
+    path = base / f"hot_{megabytes:g}mb.py"
+    path.write_text("".join(out), encoding="utf-8")
+    return path
+
+
+def _bound_names(tree) -> set[str]:
+    """Names a module binds other than by an import of a library (definitions, assignments, arguments, relative
+    imports), as names.build_index counts them."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            out.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            out.update(node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.level or node.module is None):
+            out.update(a.asname or a.name for a in node.names)
+    return out
+
+
+def peak_bytes(mode: str, path: Path) -> tuple[int, str]:
+    """Peak RSS of a fresh process that parses (`parse`) or ports (`port`, or `whole`: with no windows) `path`,
+    and whether port went window by window."""
     run = subprocess.run([sys.executable, "-c", _PEAK, mode, str(path)], capture_output=True, text=True,
                          check=True, env={**os.environ, "TPUTOOL_BACKEND": "0"})
-    return int(run.stdout.split()[-1])
+    words = run.stdout.split()
+    return int(words[-1]), (words[0] if len(words) > 1 else "-")
 
 
 def memory(sizes: list[float], repeat: int) -> None:
-    """Print the peak memory per MB of source of parse vs port for one file of each size."""
+    """Print the peak memory per MB of source of parse vs port (by windows) vs port whole, one file per size."""
     base = Path(tempfile.mkdtemp(prefix="tputool-bench-mem-"))
+    modes = ("parse", "port", "whole")
     try:
-        print(f"{'file MB':>8} {'parse MB':>9} {'port MB':>8} {'parse/MB':>9} {'port/MB':>8} {'port/parse':>10}")
-        for size in sizes:
-            path = big_file(base, size)
+        print(f"{'file':>7} {'file MB':>8} {'parse MB':>9} {'port MB':>8} {'whole MB':>9} {'parse/MB':>9} {'port/MB':>8} "
+              f"{'whole/MB':>9} {'port s':>7} {'whole s':>8}  port went")
+        for kind, size in ((k, z) for z in sizes for k in ("modules", "hot")):
+            path = (big_file if kind == "modules" else hot_file)(base, size)
             mb = path.stat().st_size / 1e6
-            runs = {"parse": [], "port": []}
+            runs: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+            how = "-"
             for _ in range(repeat):  # interleaved
-                for mode in runs:
-                    runs[mode].append(peak_bytes(mode, path) / 1e6)
-            parse, port_ = min(runs["parse"]), min(runs["port"])
-            print(f"{mb:8.2f} {parse:9.0f} {port_:8.0f} {parse / mb:9.0f} {port_ / mb:8.0f} {port_ / parse:10.2f}",
-                  flush=True)
+                for mode in modes:
+                    t = time.perf_counter()
+                    peak, went = peak_bytes(mode, path)
+                    runs[mode].append((peak / 1e6, time.perf_counter() - t))
+                    how = went if mode == "port" else how
+            parse, port_, whole = (min(r[0] for r in runs[m]) for m in modes)
+            port_s, whole_s = (min(r[1] for r in runs[m]) for m in ("port", "whole"))
+            print(f"{kind:>7} {mb:8.2f} {parse:9.0f} {port_:8.0f} {whole:9.0f} {parse / mb:9.0f} {port_ / mb:8.0f} "
+                  f"{whole / mb:9.0f} {port_s:7.1f} {whole_s:8.1f}  {how}", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -47,6 +47,8 @@ TRICKY = [
     "import torch\nfrom torch.cuda.amp import autocast\n\ndef f():\n    pass\n\nwith autocast():\n    y = 1\n",
     # dimension names count only next to a digit
     "import torch\nhidden_size = 100\nconfig.hidden_size = hidden_size\nd = {'head_dim': 96}\nhead_dim = n\n",
+    # every name a rule's table holds is a trigger (CUBLAS_WORKSPACE_CONFIG holds neither CUDA nor NCCL)
+    "import os\nimport torch\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'\n\ndef f():\n    return 1\n",
     # word triggers: items/sorted are not item/sort
     "import torch\nfor k, v in d.items():\n    print(sorted(v))\nfor x in xs:\n    y = x.item()\n",
 ]
@@ -106,3 +108,49 @@ def test_sample_repo_output_is_unchanged_by_masking() -> None:
     for path in sorted((ROOT / "fixtures" / "sample_repo").rglob("*.py")):
         src = path.read_text(encoding="utf-8")
         assert port_python(src, path.name, Settings()) == _whole(src, Settings(), path.name), path
+
+
+# ---- large files, a window at a time (WINDOW_CHARS): tiny windows put every module-level statement in its own ----
+
+@pytest.fixture
+def tiny_windows(monkeypatch):
+    """Port every file a module-level statement at a time; returns the list of windowed results."""
+    import tputool.codemods.python as engine
+
+    done: list = []
+    real = engine._port_windows
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        done.append(result is not None)
+        return result
+
+    monkeypatch.setattr(engine, "WINDOW_CHARS", 1)
+    monkeypatch.setattr(engine, "_port_windows", spy)
+    return done
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+@pytest.mark.parametrize("source", SOURCES + [s + SNIPPET for s in _torch_sample(40)])
+def test_porting_in_windows_changes_nothing(source: str, unsafe: bool, tiny_windows) -> None:
+    settings = Settings(unsafe_fixes=unsafe)
+    assert port_python(source, "f.py", settings) == _whole(source, settings)
+
+
+def test_facts_of_the_whole_file_reach_every_window(tiny_windows) -> None:
+    # the device name is assigned at the end, the pair's set in another window, the TPU603 size twice
+    src = ("import torch\n\ndef f(x):\n    return x.to(dev) if dev == 'cuda' else x\n\n"
+           "torch.set_default_tensor_type(torch.cuda.HalfTensor)\n\nhidden_size = 96\n\n"
+           "torch.set_default_tensor_type(torch.FloatTensor)\n\nhead_dim = 96\n\ndev = torch.device('cuda')\n")
+    assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
+    assert tiny_windows == [True]
+    new, findings = port_python(src, "f.py", Settings())
+    assert 'torch.set_default_device("cpu")' in new and "dev == 'tpu'" in new
+    assert [f.line for f in findings if f.code == "TPU603"] == [8]
+
+
+def test_a_window_needing_the_whole_file_falls_back(tiny_windows) -> None:
+    # the rewrite leaves `autocast`'s import unused: pruning it reads the whole module
+    src = "import torch\nfrom torch.cuda.amp import autocast\n\ndef f():\n    pass\n\nwith autocast():\n    y = 1\n"
+    assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
+    assert tiny_windows == [False]

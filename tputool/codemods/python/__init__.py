@@ -30,19 +30,30 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     libcst cannot parse; never raises on valid Python. Statements no rule can touch are hidden from
     libcst (see cold.py); the result is the same as porting the whole file, which is the fallback.
     """
-    from tputool.codemods.python.speed.cold import mask
+    from tputool.codemods.python.speed.cold import MARKER, Hider
     from tputool.codemods.python.speed.names import build_index, parse_ast, top_imports
 
     if is_torchscript_code(source):
         return source, []
     tree = parse_ast(source)
     index = build_index(source, RELEVANT_ROOTS, tree)
-    masked = imports = None
-    if tree is not None and index.exact:
-        masked = mask(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
-        if masked is not None:
-            imports = top_imports(tree, masked.lines)
+    masked = imports = windows = None
+    if tree is not None and index.exact and MARKER not in source:
+        hider = Hider(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
+        imports = top_imports(tree, hider.lines)
+        ranges = hider.windows(WINDOW_CHARS) if len(source) > WINDOW_CHARS else []
+        if len(ranges) > 1:
+            windows = [(r, hider.mask(r)) for r in ranges]
+        else:
+            masked = hider.mask()
+        del hider
     del tree  # the ast is not needed any more: libcst's tree is what peaks (memory per MB of source)
+    if windows is not None:
+        done = _port_windows(source, windows, path, settings, index, imports)
+        del windows
+        if done is not None:
+            return done
+        masked = None  # a window needed the whole file: port it whole
     if masked is not None:
         try:
             done = _port(masked.text, path, settings, index, imports, whole=False)
@@ -73,6 +84,60 @@ def is_torchscript_code(source: str) -> bool:
     return "__torch__." in source and "__parameters__" in source and _TORCHSCRIPT_CODE.search(source) is not None
 
 
+# Files longer than this are rewritten a window of module-level statements at a time (each window about this
+# long, everything outside it hidden like a cold statement): libcst's tree of a window, not of the whole file,
+# is what peaks in memory. Where a window's rewrite needs more of the file, the file is ported whole.
+WINDOW_CHARS = 128_000
+
+
+def _port_windows(source: str, windows: list, path: str, settings: Settings, index, imports
+                  ) -> tuple[str, list[Finding]] | None:
+    """Port `source` one window at a time (`windows`: (first, last line) and its Masked text); None when a
+    window cannot be ported apart from the rest (then the whole file is ported instead)."""
+    import gc
+
+    from tputool.codemods.python.speed.windows import gather
+
+    if any(masked is None for _, masked in windows):
+        return None
+    try:
+        facts = gather(source, (masked.text for _, masked in windows), index)
+    except cst.ParserSyntaxError:
+        return None
+    pieces: list[str] = []
+    findings: list[Finding] = []
+    begin = 0  # characters before the window (the windows follow each other from the first line)
+    for (first, last), masked in windows:
+        own = "".join(masked.lines[first - 1:last])
+        try:
+            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts)
+        except cst.ParserSyntaxError:
+            return None
+        gc.collect()  # free this window's libcst tree before the next is parsed
+        if done is None:
+            return None
+        new_text, found = done
+        for f in found:
+            n = masked.line(f.line)
+            if not first <= n <= last:
+                return None
+            findings.append(f if f.line == n else dataclasses.replace(f, line=n))
+        if new_text is masked.text:
+            pieces.append(own)
+            begin += len(own)
+            continue
+        restored = masked.unmask(new_text)
+        end = len(source) - begin - len(own)  # characters after the window
+        if (restored is None or not restored.startswith(source[:begin])
+                or not restored.endswith(source[len(source) - end:])):
+            return None
+        pieces.append(restored[begin:len(restored) - end])
+        begin += len(own)
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    new_source = "".join(pieces)
+    return (source if new_source == source else new_source), findings
+
+
 _ALL_TRIGGERS = tuple(t.decode() for t in PYTHON_TRIGGERS)
 _MASK_TRIGGERS = mask_triggers(_TRIGGERS)
 
@@ -82,7 +147,7 @@ def _trigger_names(targets: dict[str, str]) -> list[str]:
     return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
 
 
-def _port(source: str, path: str, settings: Settings, index, imports, whole: bool
+def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None
           ) -> tuple[str, list[Finding]] | None:
     """Run the rules over `source`; None when a part of the file was hidden and a rewrite needs it all.
 
@@ -96,9 +161,11 @@ def _port(source: str, path: str, settings: Settings, index, imports, whole: boo
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     cls = PortTransformer if index.exact else ScopedPortTransformer
     transformer = cls(context, source, path, settings, wrapper, index, imports)
+    if facts is not None:  # a window of a large file: the file-level facts come from all of it (speed/windows.py)
+        facts.apply(transformer)
     new_module = wrapper.visit(transformer)
     transformer.finish()
-    if not whole and transformer.needs_whole:
+    if not whole and (transformer.needs_whole or (facts is not None and transformer.removed_top)):
         return None
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.col, f.code))
     if not any(f.fixed for f in findings):

@@ -272,8 +272,13 @@ def _stores_float32_buffers(t: PortBase) -> bool:
     """True when the file stores float32 buffers (the `register_buffer` lines are hot: a TPU307 trigger)."""
     found = getattr(t, "_float32_buffers", None)
     if found is None:
-        found = t._float32_buffers = _FLOAT32_BUFFERS.search("\n".join(t.lines)) is not None
+        found = t._float32_buffers = stores_float32_buffers("\n".join(t.lines))
     return found
+
+
+def stores_float32_buffers(text: str) -> bool:
+    """True when a file's text stores float32 buffers (what _stores_float32_buffers caches per file)."""
+    return _FLOAT32_BUFFERS.search(text) is not None
 
 
 def _returns_only(func: cst.FunctionDef) -> bool:
@@ -448,13 +453,16 @@ def _sets_cuda_default(t: PortBase) -> bool:
     """True when the file sets a CUDA default tensor type somewhere (its CPU restores then move with it)."""
     found = getattr(t, "_sets_cuda_default", None)
     if found is None:
-        import libcst.matchers as m
-
-        found = any(_default_tensor_type(t, c) is not None for c in m.findall(
-            t.wrapper.module, m.Call(func=m.Attribute(attr=m.Name("set_default_tensor_type")) |
-                                     m.Name("set_default_tensor_type"))))
-        t._sets_cuda_default = found
+        found = t._sets_cuda_default = sets_cuda_default(t, t.wrapper.module)
     return found
+
+
+def sets_cuda_default(t: PortBase, module: cst.Module) -> bool:
+    """True when `module` calls `torch.set_default_tensor_type` with a CUDA type (names resolved by `t.qname`)."""
+    import libcst.matchers as m
+
+    return any(_default_tensor_type(t, c) is not None for c in m.findall(
+        module, m.Call(func=m.Attribute(attr=m.Name("set_default_tensor_type")) | m.Name("set_default_tensor_type"))))
 
 
 def _in_default_tensor_type(t: PortBase, orig: cst.CSTNode) -> bool:

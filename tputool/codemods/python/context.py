@@ -49,6 +49,7 @@ class PortBase(cst.CSTTransformer):
         self._optional: frozenset[str] | None = None
         self.reported_once: set[str] = set()  # codes reported once per file (TPU603)
         self.needs_whole = False  # an analysis met a statement hidden as cold: port the whole file instead
+        self.removed_top = False  # a module-level statement was removed (a window then needs its neighbours)
         self.held: set[cst.CSTNode] = set()  # original nodes kept as CUDA code: nothing inside is rewritten
 
     # ---- names and positions ----

@@ -54,18 +54,43 @@ def is_device(node: cst.CSTNode, names: frozenset[str] = frozenset()) -> bool:
 
 def assigned_device_names(module: cst.Module) -> frozenset[str]:
     """Plain names the module assigns from a device value (`dev = x.device`, `d = torch.device('cuda')`)."""
+    return names_from_assigns(device_assigns(module))
+
+
+class _AnyName(frozenset):
+    """Holds every name: `is_device(value, _ANY)` is False only for a value no set of names makes a device."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY = _AnyName()
+
+
+def device_assigns(module: cst.Module) -> list[tuple[str, cst.BaseExpression]]:
+    """(name, value) of the module's `name = value` statements, in order, leaving out those whose value is a
+    device under no set of names (they never count); names_from_assigns() reads the names from them."""
+    out = []
+    for a in m.findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        if not isinstance(a, cst.Assign):
+            continue
+        value = a.value
+        parts = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+        if any(is_device(p, _ANY) for p in parts) or _is_device_string(value):
+            out.append((a.targets[0].target.value, value))
+    return out
+
+
+def names_from_assigns(assigns: list[tuple[str, cst.BaseExpression]]) -> frozenset[str]:
+    """The names assigned from a device value, following one hop of `d2 = d`, from device_assigns()."""
     names: set[str] = set()
-    assigns = [a for a in m.findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())]))
-               if isinstance(a, cst.Assign)]
     for _ in range(2):  # one hop of `d2 = d` is enough in practice
-        for a in assigns:
-            target = a.targets[0].target
-            value = a.value
+        for target, value in assigns:
             if isinstance(value, cst.IfExp):
                 if is_device(value.body, frozenset(names)) or is_device(value.orelse, frozenset(names)):
-                    names.add(target.value)
+                    names.add(target)
             elif is_device(value, frozenset(names)) or _is_device_string(value):
-                names.add(target.value)
+                names.add(target)
     return frozenset(names)
 
 

@@ -92,6 +92,7 @@ class _Rules(PortBase):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._drop_removed(updated_node.body)
+        self.removed_top = body is not None  # where the comments above a removed statement go depends on the next
         return updated_node if body is None else updated_node.with_changes(body=body)
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):

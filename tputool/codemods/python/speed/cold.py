@@ -96,34 +96,74 @@ def mask(source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[
     """
     if MARKER in source:
         return None
-    lines = split_lines(source)
-    starts = line_starts(lines)
-    hot = hot_lines(source, starts, triggers.substrings, (*triggers.words, *names))
-    dim = hot_lines(source, starts, (), triggers.digit_words) if triggers.digit_words else None
-    plan = _Planner(lines, hot, dim)
-    plan.block(tree.body)
-    if not plan.spans:
-        return None
-    out: list[str] = []
-    spans: dict[str, tuple[str, int, int]] = {}
-    rows: list[int] = []
-    shifts: list[int] = []
-    pos = 0
-    for n, (first, count) in enumerate(sorted(plan.spans)):
-        out.extend(lines[pos:first])
-        line = lines[first]
-        body = line.rstrip("\r\n")
-        indent = body[:len(body) - len(body.lstrip(" \t\f"))]
-        last = lines[first + count - 1]
-        name = f"{MARKER}{n}__"
-        marker = indent + name + (last[len(last.rstrip("\r\n")):] or "\n")
-        out.append(marker)
-        rows.append(len(out))
-        shifts.append((shifts[-1] if shifts else 0) + count - 1)
-        spans[name] = (marker, first, count)
-        pos = first + count
-    out.extend(lines[pos:])
-    return Masked("".join(out), lines, spans, rows, shifts)
+    return Hider(source, tree, triggers, names).mask()
+
+
+class Hider:
+    """What is hot in one file, found once; `mask()` hides its cold statements, and with `window` also every
+    module-level statement outside that window (so a large file can be rewritten a window at a time)."""
+
+    def __init__(self, source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[str] = ()) -> None:
+        self.lines = split_lines(source)
+        self.starts = line_starts(self.lines)
+        self.hot = hot_lines(source, self.starts, triggers.substrings, (*triggers.words, *names))
+        self.dim = hot_lines(source, self.starts, (), triggers.digit_words) if triggers.digit_words else None
+        self.tree = tree
+
+    def windows(self, budget: int) -> list[tuple[int, int]]:
+        """Consecutive 1-based line ranges covering the file, each ending where a module-level statement ends
+        and holding about `budget` characters (more where one statement is larger)."""
+        out: list[tuple[int, int]] = []
+        first = 1
+        for unit in _units(self.tree.body):
+            last = unit[-1].end_lineno
+            if self.starts[last] - self.starts[first - 1] >= budget:
+                out.append((first, last))
+                first = last + 1
+        if first <= len(self.lines):
+            out.append((first, len(self.lines)))
+        return out
+
+    def mask(self, window: tuple[int, int] | None = None) -> Masked | None:
+        """The file with its cold statements (and, given a window, the module-level statements outside it)
+        replaced by markers; None when nothing is hidden or a statement to hide does not start its line."""
+        plan = _Planner(self.lines, self.hot, self.dim, window)
+        if not plan.block(self.tree.body):
+            return None
+        if not plan.spans:
+            return None
+        lines = self.lines
+        out: list[str] = []
+        spans: dict[str, tuple[str, int, int]] = {}
+        rows: list[int] = []
+        shifts: list[int] = []
+        pos = 0
+        for n, (first, count) in enumerate(sorted(plan.spans)):
+            out.extend(lines[pos:first])
+            line = lines[first]
+            body = line.rstrip("\r\n")
+            indent = body[:len(body) - len(body.lstrip(" \t\f"))]
+            last = lines[first + count - 1]
+            name = f"{MARKER}{n}__"
+            marker = indent + name + (last[len(last.rstrip("\r\n")):] or "\n")
+            out.append(marker)
+            rows.append(len(out))
+            shifts.append((shifts[-1] if shifts else 0) + count - 1)
+            spans[name] = (marker, first, count)
+            pos = first + count
+        out.extend(lines[pos:])
+        return Masked("".join(out), lines, spans, rows, shifts)
+
+
+def _units(body: list[ast.stmt]):
+    """The statements of a list grouped by shared lines (`a = 1; b = 2` is one unit)."""
+    i = 0
+    while i < len(body):
+        j = i + 1
+        while j < len(body) and _first_line(body[j]) <= body[j - 1].end_lineno:
+            j += 1
+        yield body[i:j]
+        i = j
 
 
 def _first_line(stmt: ast.stmt) -> int:
@@ -134,8 +174,9 @@ def _first_line(stmt: ast.stmt) -> int:
 class _Planner:
     """Chooses the line spans to hide: runs of cold sibling statements that each start their own line."""
 
-    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None) -> None:
-        self.lines, self.hot, self.dim = lines, hot, dim
+    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None,
+                 window: tuple[int, int] | None = None) -> None:
+        self.lines, self.hot, self.dim, self.window = lines, hot, dim, window
         self.spans: list[tuple[int, int]] = []  # (first line index, line count), ascending
 
     def is_hot(self, first: int, last: int) -> bool:
@@ -155,17 +196,16 @@ class _Planner:
             return text[lead:lead + 1] == "@"
         return lead == stmt.col_offset and text[:lead].isascii()
 
-    def block(self, body: list[ast.stmt]) -> None:
-        """Plan one statement list: statements sharing a line (`a = 1; b = 2`) go together."""
+    def block(self, body: list[ast.stmt], top: bool = True) -> bool:
+        """Plan one statement list: statements sharing a line (`a = 1; b = 2`) go together. At module level
+        (`top`) a statement outside the window is hidden too; False when one of those cannot be."""
         run: tuple[int, int] | None = None  # the open span of cold siblings (1-based first, last line)
-        i = 0
-        while i < len(body):
-            j = i + 1
-            while j < len(body) and _first_line(body[j]) <= body[j - 1].end_lineno:
-                j += 1
-            unit = body[i:j]
+        for unit in _units(body):
             first, last = _first_line(unit[0]), unit[-1].end_lineno
-            if not self.is_hot(first, last) and self.starts_line(unit[0]):
+            outside = top and self.window is not None and not (self.window[0] <= first and last <= self.window[1])
+            if outside and not self.starts_line(unit[0]):
+                return False
+            if outside or (not self.is_hot(first, last) and self.starts_line(unit[0])):
                 run = (run[0], last) if run is not None else (first, last)
             else:
                 self._close(run)
@@ -173,8 +213,8 @@ class _Planner:
                 if self.is_hot(first, last):
                     for stmt in unit:
                         self.children(stmt)
-            i = j
         self._close(run)
+        return True
 
     def _close(self, run: tuple[int, int] | None) -> None:
         if run is not None:
@@ -192,8 +232,8 @@ class _Planner:
                 if text[inner.col_offset:inner.col_offset + 4] == "elif" or not text.lstrip().startswith("if"):
                     self.children(inner)
                     continue
-            self.block(block)
+            self.block(block, top=False)
         for handler in getattr(stmt, "handlers", ()):
-            self.block(handler.body)
+            self.block(handler.body, top=False)
         for case in getattr(stmt, "cases", ()):
-            self.block(case.body)
+            self.block(case.body, top=False)
