@@ -25,6 +25,7 @@ LEVERS = (
     ("parameters", "keep parameters in bfloat16 (model.to(torch.bfloat16)) or shard them with FSDP2 over more chips"),
     ("optimizer_state", "shard the optimizer state with FSDP2 (fully_shard) over more chips"),
     ("gradients", "shard gradients with FSDP2; accumulate over smaller micro batches"),
+    ("ddp_buckets", "FSDP2 (fully_shard) instead of DDP, whose buckets keep a flat copy of the gradients"),
     ("activations", "recompute activations (torch.utils.checkpoint), a smaller micro batch, or a Pallas "
                     "attention kernel (torch.tpu.ops.splash_sdpa) instead of materialized attention scores"),
 )

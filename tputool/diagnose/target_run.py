@@ -70,11 +70,16 @@ COLLECTIVE_BYTES: dict[str, int] = {}
 """Bytes each kind of collective moved per rank in the abstract run ("all-reduce": DDP's gradient buckets)."""
 
 
+DDP_BUCKETS: dict[int, Any] = {}
+"""DDP's flat gradient buckets by index (the reducer keeps them from step to step, as on a GPU)."""
+
+
 def _ddp_allreduce(state, bucket):
     """DDP's gradient all-reduce among identical replicas: the bucket as it is (its mean), bytes counted."""
     import torch
 
     buf = bucket.buffer()
+    DDP_BUCKETS[bucket.index()] = buf
     COLLECTIVE_BYTES["all-reduce"] = COLLECTIVE_BYTES.get("all-reduce", 0) + buf.numel() * buf.element_size()
     fut = torch.futures.Future()
     fut.set_result(buf)
@@ -121,11 +126,10 @@ def _live_tpu_tensors() -> Iterator[Any]:
             yield o
 
 
-def _live_state() -> tuple[list, dict[str, int]]:
-    """The tracers held by live tpu tensors at the end of the run (each storage once), and their bytes by
-    role: parameters, gradients, optimizer state, other (batches, losses, buffers)."""
+def _live_state() -> tuple[list[tuple[int, Any, str]], dict[str, int]]:
+    """The live tpu tensors' values (each storage once) as (storage key, tracer, role), and their bytes by
+    role: parameters, gradients, optimizer state, DDP's buckets, other (batches, losses, buffers)."""
     import jax
-    import jax.extend.core
     import torch
 
     optimizers = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
@@ -135,10 +139,12 @@ def _live_state() -> tuple[list, dict[str, int]]:
             for v in (st.values() if isinstance(st, dict) else ()):
                 if isinstance(v, torch.Tensor) and v.device.type == "tpu":
                     opt_storages.add(v.untyped_storage()._cdata)
-    values, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "other": 0}
+    entries, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "ddp_buckets": 0,
+                                       "other": 0}
     tensors = list(_live_tpu_tensors())
     grads = {t.grad.untyped_storage()._cdata for t in tensors
              if isinstance(t, torch.nn.Parameter) and t.grad is not None and t.grad.device.type == "tpu"}
+    buckets = {b.untyped_storage()._cdata for b in DDP_BUCKETS.values()}
     for t in tensors:
         st = t.untyped_storage()
         key = st._cdata
@@ -148,12 +154,51 @@ def _live_state() -> tuple[list, dict[str, int]]:
         base = st._tpu
         if not isinstance(base, jax.core.Tracer):
             continue
-        values.append(base)
-        nbytes = int(base.size) * base.dtype.itemsize
         role = ("parameters" if isinstance(t, torch.nn.Parameter) else "optimizer_state" if key in opt_storages
-                else "gradients" if key in grads else "other")
-        roles[role] += nbytes
-    return values, roles
+                else "gradients" if key in grads else "ddp_buckets" if key in buckets else "other")
+        entries.append((key, base, role))
+        roles[role] += int(base.size) * base.dtype.itemsize
+    return entries, roles
+
+
+PERSISTENT = ("parameters", "optimizer_state", "ddp_buckets")
+"""Roles a step's program hands on to the next step even when they were created during it (AdamW's moments
+and DDP's buckets in the first step)."""
+
+
+def last_step(closed, n_final: int, keep: list[bool]):
+    """The program of the run's last step, cut out of the whole run `closed` (outputs: `n_final` values live at
+    the end, then the values live at the step's start): its inputs are the start values it reads, its outputs
+    the end values that `keep` marks (the state handed on to the next step), everything else a temporary.
+    None when nothing is cut off (no start values)."""
+    import jax.extend.core as jc
+    from jax._src import core
+
+    jaxpr = closed.jaxpr
+    outs = list(jaxpr.outvars)
+    finals = [v for v, k in zip(outs[:n_final], keep, strict=True) if k]
+    boundary = {v for v in outs[n_final:] if isinstance(v, jc.Var)} - set(jaxpr.constvars)
+    while True:
+        needed = {v for v in finals if isinstance(v, jc.Var)}
+        chosen, clash = [], set()
+        for eqn in reversed(jaxpr.eqns):
+            wanted = [o for o in eqn.outvars if o in needed]
+            if not wanted or all(o in boundary for o in wanted):
+                continue
+            chosen.append(eqn)
+            clash |= boundary.intersection(eqn.outvars)  # (an equation that also makes a start value)
+            needed.update(v for v in eqn.invars if isinstance(v, jc.Var))
+        if not clash:
+            break
+        boundary -= clash  # computed in the step, not handed in
+    invars = [v for v in outs[n_final:] if v in boundary and v in needed]
+    invars = list(dict.fromkeys(invars))
+    if not invars:
+        return None
+    chosen.reverse()
+    effects = core.join_effects(*(e.effects for e in chosen))
+    step = jc.Jaxpr(jaxpr.constvars, invars, finals, chosen, effects)
+    return jc.ClosedJaxpr(step, closed.consts)
 
 
 def _user_line(eqn, frames) -> tuple[str, int] | None:
@@ -250,9 +295,11 @@ def fatal_line(text: str) -> str | None:
     return None
 
 
-def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False) -> dict:
+def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False,
+                last=None) -> dict:
     """Compile the recorded run for `devices` (one chip: the first): each distinct program it called, then the
-    whole run as one program; returns the figures of the report's "target" object (without the slice).
+    last step as one program (`last`, its start state donated as the backend's optimizer donates it; the whole
+    run when None); returns the figures of the report's "target" object (without the slice).
 
     Before each program's compile, `progress` holds it as JSON (with its user line) and the compiler's log
     goes to `progress + ".err"`: when the TPU compiler aborts the process, the parent names the program."""
@@ -293,10 +340,14 @@ def compile_run(closed, devices: list, frames, log, progress: str, step_only: bo
     result["programs"] = None if step_only else len(programs)
     result["compile_seconds"] = round(compile_s, 3)
     t0 = time.perf_counter()
-    step = jax.jit(jax.extend.core.jaxpr_as_fun(closed), out_shardings=sharding)
+    whole = last if last is not None else closed
+    state = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in whole.jaxpr.invars]
+    result["step_program"] = "last step" if last is not None else "whole run"
+    step = jax.jit(jax.extend.core.jaxpr_as_fun(whole), out_shardings=sharding,
+                   donate_argnums=tuple(range(len(state))))
     try:
         with log.capture("step"), for_tpu_target():
-            compiled = step.lower().compile()
+            compiled = step.lower(*state).compile()
     except Exception as e:  # noqa: BLE001
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg:
@@ -334,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TPUTOOL_CACHE_DIR"] = "off"  # (compile-only devices cannot load programs from JAX's cache)
     import jax
     import jax.extend.core
-    import torch  # noqa: F401 - loads the bundled backend before the script runs
+    import torch  # (loads the bundled backend before the script runs)
 
     from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.backend.runtime import STATE
@@ -358,20 +409,31 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [script, *ns.args]
     sys.path.insert(0, os.path.dirname(script))
 
-    live: list = []
+    live: list = []  # (key, value, role) live at the end of the last step (before the script drops it)
+    start: list = []  # (key, value, role) live at the start of the last step
 
-    def at_step(n: int) -> None:  # the state live at the end of the last step (before the script drops it)
+    def at_step(n: int) -> None:
         nonlocal roles
         if n == ns.steps:
             live[:], roles = _live_state()
+        elif n == ns.steps - 1:
+            start[:] = _live_state()[0]
 
+    def at_forward(module, args) -> None:  # the last step starts at its first call of a model
+        if steps.steps == ns.steps - 1 and not forwarded and next(module.parameters(), None) is not None:
+            forwarded.append(module)
+            start[:] = _live_state()[0]
+
+    forwarded: list = []
     steps.on_step.append(at_step)
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(at_forward)
 
     def body() -> list:
         nonlocal roles
         try:
             kept = runpy.run_path(script, run_name="__main__")  # noqa: F841 - its globals stay alive meanwhile
             live[:], roles = _live_state()
+            start.clear()  # (the script ended before its last step: no step to cut out)
         except StepLimitReached:
             record["status"] = "step_limit"
         except SystemExit as e:
@@ -383,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             record["status"] = "error"
             record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
                                "traceback": frames.trim_traceback(e.__traceback__)}
-        return list(live)
+        return [v for _, v, _ in live] + [v for _, v, _ in start]
 
     t0 = time.perf_counter()
     STATE.abstract = run
@@ -394,7 +456,11 @@ def main(argv: list[str] | None = None) -> int:
             closed = jax.make_jaxpr(body)()
     finally:
         steps.remove()
+        hook.remove()
         STATE.abstract = None
+    started = {key for key, _, _ in start}
+    keep = [key in started or role in PERSISTENT for key, _, role in live]
+    last = last_step(closed, len(live), keep) if start else None
     record["steps"] = steps.steps
     record["trace_seconds"] = round(time.perf_counter() - t0, 3)
     record["assumptions"] = [{"reason": r, "file": f, "line": ln, "count": n, "value": "zeros"}
@@ -404,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     record["world"] = sl.n_devices if sl.n_devices > 1 else 1
     if record["status"] in ("ok", "step_limit"):
         try:
-            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only))
+            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only, last))
             record["largest_values"] = _largest(closed, frames)
         except Exception as e:  # noqa: BLE001
             record["status"] = "error"
