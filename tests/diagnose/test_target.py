@@ -193,6 +193,47 @@ def test_a_config_whose_mesh_is_larger_than_the_slice_is_refused(tmp_path):
         check_target(_write(tmp_path, SHARDED), [], "v5e-4", config=str(config))
 
 
+FSDP2 = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
+
+dist.init_process_group(backend="tpu")
+w = 12288
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(w, 4 * w), nn.GELU(), nn.Linear(4 * w, w))
+fully_shard(model[0])
+fully_shard(model[2])
+fully_shard(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_fsdp2_ranks_map_onto_the_slice_and_the_peak_is_per_chip(tmp_path):
+    """The 1.2B-parameter step that does not fit one v5e chip replicated (19 GB of state), with FSDP2 over the
+    v5e-4's 4 ranks: each chip holds a quarter of the parameters, gradients and AdamW's moments, plus, around
+    one layer's backward, its all-gathered weight and its unsharded gradient (the next layer's prefetched weight too)
+    before the reduce-scatter; at most both layers' weights and gradients unsharded at once."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, FSDP2), [], "v5e-4")
+    w = 12288
+    p = 2 * 4 * w * w + 5 * w
+    layer = 4 * 4 * w * w  # one Linear's fp32 weight, unsharded
+    sharded = 16 * p // 4
+    assert t["world"] == 4 and t["error"] is None and t["failed"] == []
+    live = t["live_bytes_per_chip"]
+    assert live["parameters"] == 4 * p // 4 and live["optimizer_state"] == 8 * p // 4
+    assert sharded + 2 * layer <= t["peak_bytes_per_chip"] <= sharded + 4 * layer + (64 << 20)
+    assert t["fits"] is True and 16 * p > t["hbm_bytes_per_chip"]  # (replicated, it could not)
+
+
 FFT64 = """\
 import torch
 

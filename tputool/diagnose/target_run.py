@@ -136,29 +136,33 @@ def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple[in
     """The live tpu tensors' values (each storage once) as (storage key, tracer, role), and their bytes per chip
     by role: parameters, gradients, optimizer state, DDP's buckets, other (batches, losses, buffers). A tensor
     placed with a sharding (`placements`, by storage) holds its shard per chip, and so do a placed parameter's
-    gradient and optimizer state of its shape."""
+    gradient and optimizer state of its shape. A DTensor (FSDP2's `fully_shard`) counts as its local shard."""
     import jax
     import torch
+
+    def key_of(t) -> int:
+        return getattr(t, "_local_tensor", t).untyped_storage()._cdata
 
     placed = dict(placements or {})
     optimizers = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
     opt_storages = set()
     for opt in optimizers:
         for param, st in opt.state.items():
-            where = placed.get(param.untyped_storage()._cdata) if isinstance(param, torch.Tensor) else None
+            where = placed.get(key_of(param)) if isinstance(param, torch.Tensor) else None
             for v in (st.values() if isinstance(st, dict) else ()):
                 if isinstance(v, torch.Tensor) and v.device.type == "tpu":
-                    opt_storages.add(v.untyped_storage()._cdata)
+                    opt_storages.add(key_of(v))
                     if where is not None and v.shape == param.shape:
-                        placed.setdefault(v.untyped_storage()._cdata, where)
+                        placed.setdefault(key_of(v), where)
     entries, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "ddp_buckets": 0,
                                        "other": 0}
     tensors = list(_live_tpu_tensors())
-    grads = {t.grad.untyped_storage()._cdata for t in tensors
-             if isinstance(t, torch.nn.Parameter) and t.grad is not None and t.grad.device.type == "tpu"}
-    for t in tensors:
-        if isinstance(t, torch.nn.Parameter) and t.grad is not None and t.untyped_storage()._cdata in placed:
-            placed.setdefault(t.grad.untyped_storage()._cdata, placed[t.untyped_storage()._cdata])
+    params = [o for o in gc.get_objects() if isinstance(o, torch.nn.Parameter) and o.device.type == "tpu"]
+    param_keys = {key_of(t) for t in params}
+    grads = {key_of(t.grad) for t in params if t.grad is not None and t.grad.device.type == "tpu"}
+    for t in params:
+        if t.grad is not None and key_of(t) in placed:
+            placed.setdefault(key_of(t.grad), placed[key_of(t)])
     buckets = {b.untyped_storage()._cdata for b in DDP_BUCKETS.values()}
     for t in tensors:
         st = t.untyped_storage()
@@ -169,7 +173,7 @@ def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple[in
         base = st._tpu
         if not isinstance(base, jax.core.Tracer):
             continue
-        role = ("parameters" if isinstance(t, torch.nn.Parameter) else "optimizer_state" if key in opt_storages
+        role = ("parameters" if key in param_keys else "optimizer_state" if key in opt_storages
                 else "gradients" if key in grads else "ddp_buckets" if key in buckets else "other")
         entries.append((key, base, role))
         nbytes = int(base.size) * base.dtype.itemsize
