@@ -351,3 +351,12 @@ def test_cli_json_has_a_top_level_target_object_and_exit_status(tmp_path):
     doc = json.loads(r.stdout[r.stdout.index("{"):])
     assert doc["target"]["slice"] == "v5e-1" and doc["target"]["failed"]
     assert r.exit_code == 1
+
+
+def test_config_without_target_is_a_one_line_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+
+    r = CliRunner().invoke(app, ["diagnose", "--config", "tputool-tune.yaml", _write(tmp_path, MLP)])
+    assert "--config applies with --target" in str(r.exception) and r.exception.exit_code == 2
