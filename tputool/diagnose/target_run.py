@@ -132,8 +132,9 @@ def _live_tpu_tensors() -> Iterator[Any]:
             yield o
 
 
-def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple[int, Any, str]], dict[str, int]]:
-    """The live tpu tensors' values (each storage once) as (storage key, tracer, role), and their bytes per chip
+def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple], dict[str, int]]:
+    """The live tpu tensors' values (each storage once) as (storage key, tracer, role, sharding or None: as
+    placed, or replicated), and their bytes per chip
     by role: parameters, gradients, optimizer state, DDP's buckets, other (batches, losses, buffers). A tensor
     placed with a sharding (`placements`, by storage) holds its shard per chip, and so do a placed parameter's
     gradient and optimizer state of its shape. A DTensor (FSDP2's `fully_shard`) counts as its local shard."""
@@ -175,7 +176,7 @@ def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple[in
             continue
         role = ("parameters" if key in param_keys else "optimizer_state" if key in opt_storages
                 else "gradients" if key in grads else "ddp_buckets" if key in buckets else "other")
-        entries.append((key, base, role))
+        entries.append((key, base, role, placed.get(key)))
         nbytes = int(base.size) * base.dtype.itemsize
         roles[role] += nbytes // placed[key].num_devices * _replicas(placed[key]) if key in placed else nbytes
     return entries, roles
@@ -451,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [script, *ns.args]
     sys.path.insert(0, os.path.dirname(script))
 
-    live: list = []  # (key, value, role) live at the end of the last step (before the script drops it)
-    start: list = []  # (key, value, role) live at the start of the last step
+    live: list = []  # (key, value, role, sharding) live at the end of the last step (before the script drops it)
+    start: list = []  # (key, value, role, sharding) live at the start of the last step
 
     def at_step(n: int) -> None:
         nonlocal roles
@@ -487,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             record["status"] = "error"
             record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
                                "traceback": frames.trim_traceback(e.__traceback__)}
-        return [v for _, v, _ in live] + [v for _, v, _ in start]
+        return [e[1] for e in live] + [e[1] for e in start]
 
     t0 = time.perf_counter()
     STATE.abstract = run
@@ -500,8 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         steps.remove()
         hook.remove()
         STATE.abstract = None
-    started = {key for key, _, _ in start}
-    keep = [key in started or role in PERSISTENT for key, _, role in live]
+    started = {e[0] for e in start}
+    keep = [key in started or role in PERSISTENT for key, _, role, _ in live]
     last = last_step(closed, len(live), keep) if start else None
     record["steps"] = steps.steps
     record["trace_seconds"] = round(time.perf_counter() - t0, 3)
@@ -513,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     mesh = next(iter(run.placements.values())).mesh if run.placements else None
     if mesh is not None:
         record["sharding"] = {"mesh": dict(mesh.shape), "placed_tensors": len(run.placements)}
-    starts = [run.placements.get(key) for key, _, _ in start]
+    starts = [e[3] for e in start]  # (a placed parameter's gradient and optimizer state follow it)
     if record["status"] in ("ok", "step_limit"):
         try:
             record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only, last,
