@@ -231,7 +231,11 @@ def render_text(t: dict[str, Any]) -> str:
         lines.append(f"  the abstract run failed{at}: {e['type']}: {e['message']}")
     if t.get("fits") is not None:
         verdict = "fits" if t["fits"] else "DOES NOT FIT"
-        lines.append(f"  peak memory per chip: {_gib(t['peak_bytes_per_chip'])} -> {verdict}")
+        of = f" ({t['step_program']} as one program)" if t.get("step_program") else ""
+        lines.append(f"  peak memory per chip{of}: {_gib(t['peak_bytes_per_chip'])} -> {verdict}")
+    if t.get("sharding"):
+        mesh = " x ".join(f"{k} {v}" for k, v in t["sharding"]["mesh"].items())
+        lines.append(f"  sharded by {t.get('config') or 'the script'}: mesh {mesh}")
     live = t.get("memory_by_kind") or t.get("live_bytes_per_chip") or {}
     if live:
         lines.append("  live at the end of the step: " + ", ".join(f"{k} {_gib(v)}" for k, v in live.items() if v))
