@@ -6,9 +6,12 @@ kernels, Fused traces, compiled graphs, optimizer updates) is recorded, not exec
 larger than `SMALL_HOST_BYTES` become opaque placeholders of their shape (small ones, e.g. scalars, keep
 their values); reads of a tpu value on the host (`.item()`, printing, a branch on a tensor) get zeros and
 are reported as assumptions. The recorded run is then compiled for the target's compile-only TPU devices
-(`tputool.tune.tpu_compile`): the whole run as one program (XLA's memory analysis of the step, with what is
-live at its end: parameters, gradients, optimizer state), and each distinct program the backend would
-compile on its own (count, compile seconds, the ones the TPU compiler rejects with the user's line).
+(`tputool.tune.tpu_compile`): the last step cut out of the run as one program (`last_step`: the state live
+at its start donated in, the state handed on to the next step out; XLA's memory analysis of it is the
+peak), and each distinct program the backend would compile on its own (count, compile seconds, the ones
+the TPU compiler rejects with the user's line). DDP and FSDP2 run as rank 0 of the slice's ranks (fake
+process group); a tuned config (`--config`) puts its mesh on the slice's devices, and the step is then
+compiled SPMD over them.
 """
 
 from __future__ import annotations
