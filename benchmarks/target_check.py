@@ -1,7 +1,8 @@
 """`tputool diagnose --target` on a GPT-2 124M training script (`benchmarks/target/train_gpt2.py`, nanoGPT's
 real model config, fp32, DDP over the slice's chips) for v5e-8 and v6e-8 at given micro batches: the check's
 time and host memory, its predicted figures, and its peak per chip against the same model's step written
-directly in JAX (`benchmarks/jax_gpt2.py`) compiled for one chip of the same target.
+directly in JAX (`benchmarks/jax_gpt2.py`) compiled for one chip of the same target (`peak_vs_jax`; the torch
+step also holds DDP's buckets, `ddp_buckets_gib`, which the JAX step has no counterpart of).
 
     PYTHONPATH=. python benchmarks/target_check.py [--runs v5e-8:4,v6e-8:8] [--n_layer 12]
 """
@@ -50,7 +51,8 @@ def main() -> None:
         ref, ref_s = jax_peak(target, int(batch), a.n_layer)
         peak = t["peak_bytes_per_chip"]
         row = {"target": target, "micro_batch": int(batch), "fits": t["fits"], "peak_gib": peak and peak / 2**30,
-               "jax_peak_gib": ref / 2**30, "peak_vs_jax": peak and peak / ref, "programs": t["programs"],
+               "jax_peak_gib": ref / 2**30, "peak_vs_jax": peak and peak / ref, "step_program": t["step_program"],
+               "ddp_buckets_gib": t["live_bytes_per_chip"].get("ddp_buckets", 0) / 2**30, "programs": t["programs"],
                "compile_seconds": t["compile_seconds"], "step_compile_seconds": t["step_compile_seconds"],
                "step_ms": t.get("step_seconds", 0) * 1e3, "mfu": t.get("mfu"), "world": t["world"],
                "check_seconds": t["check_seconds"], "check_host_gib": t["check_host_max_rss_bytes"] / 2**30,

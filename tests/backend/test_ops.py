@@ -160,3 +160,19 @@ def test_pow_scalar_matches_cpu_and_whole_exponents_multiply(exponent):
     assert ("power" in hlo) == (exponent == 1.5)
     i = torch.arange(-3, 4)
     torch.testing.assert_close((i.to("tpu") ** 2).cpu(), i ** 2)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_backward_as_one_elementwise_expression(reduction):
+    """The lowered nll_loss backward (a one-hot from an iota, not a scatter) against CPU: class weights,
+    ignored targets, 1-d / 2-d / spatial inputs."""
+    torch.manual_seed(0)
+    w = torch.rand(5)
+    for shape, tshape in [((6, 5), (6,)), ((5,), ()), ((3, 5, 4), (3, 4)), ((2, 5, 3, 4), (2, 3, 4))]:
+        t = torch.randint(0, 5, tshape)
+        for weight in (None, w):
+            for ignore in (-100, 2):
+                run_both(lambda a, t=t, weight=weight, ignore=ignore: F.nll_loss(
+                    a.log_softmax(1 if a.ndim > 1 else 0), t.to(a.device),
+                    weight=None if weight is None else weight.to(a.device), reduction=reduction,
+                    ignore_index=ignore), torch.randn(*shape))

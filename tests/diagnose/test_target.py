@@ -100,6 +100,140 @@ def test_a_step_too_large_to_run_here_does_not_fit_a_chip(tmp_path):
     assert t["check_host_max_rss_bytes"] < 4 * p
 
 
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+with torch.device("tpu"):
+    head = nn.Linear(64, 32768, bias=False)
+opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
+for step in range(3):
+    x = torch.randn(2048, 64).to("tpu")
+    y = torch.randint(0, 32768, (2048,)).to("tpu")
+    loss = F.cross_entropy(head(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+"""
+
+
+def test_the_peak_is_the_last_step_with_its_state_counted_once(tmp_path):
+    """A language-model head whose (tokens x vocab) logits dwarf its weights: the second step's peak is the
+    weights, their gradients, AdamW's moments and ONE logits-sized buffer (log_softmax's output, kept for
+    backward). Counting the step's start state again as outputs, or materializing nll_loss's dense gradient
+    (a scatter) and its product, gave 16p + 4 logits (1.1 GB instead of 0.3 GB)."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, HEAD), [], "v5e-1", steps=2)
+    p, logits = 64 * 32768, 2048 * 32768 * 4
+    assert t["fits"] is True and t["steps"] == 2
+    assert 16 * p + logits // 2 <= t["peak_bytes_per_chip"] <= 16 * p + 3 * logits // 2
+
+
+SHARDED = """\
+import argparse
+import torch
+import torch.nn as nn
+from tputool.tune import active_config
+
+p = argparse.ArgumentParser()
+p.add_argument("--width", type=int, default=12288)
+a = p.parse_args()
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(a.width, 4 * a.width), nn.GELU(), nn.Linear(4 * a.width, a.width))
+cfg = active_config()
+if cfg is not None:  # `tputool run --config tputool-tune.yaml` (here: diagnose --target --config) sets it
+    cfg.shard_model(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(4, a.width).to("tpu")).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+FSDP4 = """\
+tputool_tune: 1
+mesh: {data: 1, fsdp: 4, tensor: 1}
+batch_per_shard: 4
+remat: none
+precision: fp32
+"""
+
+
+def test_a_tuned_config_shards_the_step_over_the_slice(tmp_path):
+    """1.2B parameters with AdamW: 19 GB replicated does not fit a 16 GB v5e chip; the tuned config's FSDP mesh
+    over the v5e-4's 4 chips shards each weight matrix (and so its gradient and moments) 4 ways: 4.8 GB per
+    chip, which fits (the step's program is compiled SPMD over the 4 compile-only chips)."""
+    from tputool.diagnose.target import check_target
+
+    script = _write(tmp_path, SHARDED)
+    config = tmp_path / "tputool-tune.yaml"
+    config.write_text(FSDP4)
+    w = 12288
+    matrices, vectors = 2 * 4 * w * w, 5 * w  # the weights shard over fsdp, the biases stay replicated
+    per_chip = 16 * (matrices // 4 + vectors)  # parameters, gradients, AdamW's two moments (fp32)
+    t = check_target(script, [], "v5e-4", config=str(config))
+    assert t["sharding"]["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1} and t["world"] == 1
+    assert t["fits"] is True and t["failed"] == [] and t["error"] is None
+    assert t["live_bytes_per_chip"]["parameters"] == 4 * (matrices // 4 + vectors)
+    assert per_chip <= t["peak_bytes_per_chip"] <= per_chip + (64 << 20)
+    replicated = check_target(script, [], "v5e-4", steps=1)  # the same script without the config
+    assert replicated["fits"] is False and replicated["peak_bytes_per_chip"] >= 16 * (matrices + vectors)
+
+
+def test_a_config_whose_mesh_is_larger_than_the_slice_is_refused(tmp_path):
+    from tputool.diagnose.target import check_target
+    from tputool.errors import UserError
+
+    config = tmp_path / "tputool-tune.yaml"
+    config.write_text(FSDP4.replace("fsdp: 4", "fsdp: 8"))
+    with pytest.raises(UserError, match="needs 8 chips, v5e-4 has 4"):
+        check_target(_write(tmp_path, SHARDED), [], "v5e-4", config=str(config))
+
+
+FSDP2 = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
+
+dist.init_process_group(backend="tpu")
+w = 12288
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(w, 4 * w), nn.GELU(), nn.Linear(4 * w, w))
+fully_shard(model[0])
+fully_shard(model[2])
+fully_shard(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_fsdp2_ranks_map_onto_the_slice_and_the_peak_is_per_chip(tmp_path):
+    """The 1.2B-parameter step that does not fit one v5e chip replicated (19 GB of state), with FSDP2 over the
+    v5e-4's 4 ranks: each chip holds a quarter of the parameters, gradients and AdamW's moments, plus, around
+    one layer's backward, its all-gathered weight and its unsharded gradient (the next layer's prefetched weight too)
+    before the reduce-scatter; at most both layers' weights and gradients unsharded at once."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, FSDP2), [], "v5e-4")
+    w = 12288
+    p = 2 * 4 * w * w + 5 * w
+    layer = 4 * 4 * w * w  # one Linear's fp32 weight, unsharded
+    sharded = 16 * p // 4
+    assert t["world"] == 4 and t["error"] is None and t["failed"] == []
+    live = t["live_bytes_per_chip"]
+    assert live["parameters"] == 4 * p // 4 and live["optimizer_state"] == 8 * p // 4
+    assert sharded + 2 * layer <= t["peak_bytes_per_chip"] <= sharded + 4 * layer + (64 << 20)
+    assert t["fits"] is True and 16 * p > t["hbm_bytes_per_chip"]  # (replicated, it could not)
+
+
 FFT64 = """\
 import torch
 
@@ -217,3 +351,12 @@ def test_cli_json_has_a_top_level_target_object_and_exit_status(tmp_path):
     doc = json.loads(r.stdout[r.stdout.index("{"):])
     assert doc["target"]["slice"] == "v5e-1" and doc["target"]["failed"]
     assert r.exit_code == 1
+
+
+def test_config_without_target_is_a_one_line_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+
+    r = CliRunner().invoke(app, ["diagnose", "--config", "tputool-tune.yaml", _write(tmp_path, MLP)])
+    assert "--config applies with --target" in str(r.exception) and r.exception.exit_code == 2

@@ -28,6 +28,8 @@ def diagnose(
     steps: int = typer.Option(1, "--steps", help="With --target: the optimizer steps to check (the script stops after them)."),
     batch_arg: str | None = typer.Option(None, "--batch-arg", help="With --target: the script's option that sets "
                                          "the micro batch (e.g. --batch_size), to search the largest that fits."),
+    config: str | None = typer.Option(None, "--config", help="With --target: a tputool-tune.yaml applied to the "
+                                      "script, as `tputool run --config` does (its mesh over the slice's chips)."),
 ) -> None:
     from tputool.diagnose import diagnose as run_diagnose
     from tputool.diagnose.exits import exit_status
@@ -46,8 +48,12 @@ def diagnose(
     args = list(ctx.args)
     if args and args[0] == "--":
         args = args[1:]
+    if config is not None and target is None:
+        from tputool.errors import UserError
+
+        raise UserError("--config applies with --target (to run with a tuned config: tputool run --config)")
     if target is not None:
-        _diagnose_target(script, args, target, steps, timeout, batch_arg, fmt)
+        _diagnose_target(script, args, target, steps, timeout, batch_arg, fmt, config)
         return
     report = run_diagnose(script, args, timeout_s=timeout, max_steps=max_steps, static_only=static,
                           include_static=not no_static, script_output_to_stderr=fmt == "json",
@@ -72,12 +78,12 @@ def diagnose(
 
 
 def _diagnose_target(script: str, args: list[str], target: str, steps: int, timeout: float, batch_arg: str | None,
-                     fmt: TextOrJson) -> None:
+                     fmt: TextOrJson, config: str | None = None) -> None:
     import json
 
     from tputool.diagnose.target import check_target, exit_status, render_text
 
-    result = check_target(script, args, target, steps=steps, timeout_s=timeout, batch_arg=batch_arg)
+    result = check_target(script, args, target, steps=steps, timeout_s=timeout, batch_arg=batch_arg, config=config)
     typer.echo(json.dumps({"target": result}, indent=2) if fmt == "json" else render_text(result))
     status = exit_status(result)
     if status:

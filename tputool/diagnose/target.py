@@ -25,6 +25,7 @@ LEVERS = (
     ("parameters", "keep parameters in bfloat16 (model.to(torch.bfloat16)) or shard them with FSDP2 over more chips"),
     ("optimizer_state", "shard the optimizer state with FSDP2 (fully_shard) over more chips"),
     ("gradients", "shard gradients with FSDP2; accumulate over smaller micro batches"),
+    ("ddp_buckets", "FSDP2 (fully_shard) instead of DDP, whose buckets keep a flat copy of the gradients"),
     ("activations", "recompute activations (torch.utils.checkpoint), a smaller micro batch, or a Pallas "
                     "attention kernel (torch.tpu.ops.splash_sdpa) instead of materialized attention scores"),
 )
@@ -32,14 +33,15 @@ LEVERS = (
 
 
 def _run_child(script: str, args: list[str], target: str, steps: int, timeout_s: float,
-               step_only: bool = False) -> dict[str, Any]:
+               step_only: bool = False, config: str | None = None) -> dict[str, Any]:
     """One abstract run of `script args` for `target` in a child process; its JSON result plus wall/host figures."""
     from tputool.diagnose.runner import end_group, wait_child
 
     fd, path = tempfile.mkstemp(prefix="tputool-target-", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "tputool.diagnose.target_run", "--record", path, "--target", target,
-           "--steps", str(steps), *(["--step-only"] if step_only else []), "--", script, *args]
+           "--steps", str(steps), *(["--step-only"] if step_only else []),
+           *(["--config", config] if config else []), "--", script, *args]
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(cmd, env=dict(os.environ, TPUTOOL_DIAGNOSE="1"), stdout=2,
@@ -113,13 +115,14 @@ def _batch_of(args: list[str], batch_arg: str) -> int | None:
 
 
 def largest_fitting_batch(script: str, args: list[str], target: str, steps: int, timeout_s: float,
-                          batch_arg: str, batch: int) -> tuple[int | None, list[dict]]:
+                          batch_arg: str, batch: int, config: str | None = None) -> tuple[int | None, list[dict]]:
     """The largest value of the script's `batch_arg` below `batch` whose step fits (compiled, not guessed):
     halving until one fits, then bisecting; returns it (None when even 1 does not fit) and the tries."""
     tries: list[dict] = []
 
     def fits(b: int) -> bool:
-        rec = _run_child(script, _with_batch(args, batch_arg, b), target, steps, timeout_s, step_only=True)
+        rec = _run_child(script, _with_batch(args, batch_arg, b), target, steps, timeout_s, step_only=True,
+                         config=config)
         ok = bool(rec.get("fits"))
         tries.append({"batch": b, "fits": ok, "peak_bytes_per_chip": rec.get("peak_bytes_per_chip")})
         return ok
@@ -141,8 +144,10 @@ def largest_fitting_batch(script: str, args: list[str], target: str, steps: int,
 
 
 def check_target(script: str, args: list[str], target: str, *, steps: int = 1, timeout_s: float = 600.0,
-                 batch_arg: str | None = None, calibration: str | None = None) -> dict[str, Any]:
-    """The report's "target" object for `script args` on slice `target` (see docs/target-check.md)."""
+                 batch_arg: str | None = None, calibration: str | None = None,
+                 config: str | None = None) -> dict[str, Any]:
+    """The report's "target" object for `script args` on slice `target` (see docs/target-check.md); `config`:
+    a tputool-tune.yaml applied to the script (its mesh over the slice's chips)."""
     from tputool.tune.cost_model import program_seconds
     from tputool.tune.hardware import tpu_hardware
     from tputool.tune.slices import parse_target
@@ -157,15 +162,23 @@ def check_target(script: str, args: list[str], target: str, *, steps: int = 1, t
     sl = parse_target(target)
     if batch_arg is not None and _batch_of(args, batch_arg) is None:
         raise UserError(f"--batch-arg {batch_arg}: the script's arguments do not set it (pass {batch_arg} N)")
+    if config is not None:
+        from tputool.tune.config import load_config
+
+        need = load_config(config).candidate.n_devices
+        if need > sl.n_devices:
+            raise UserError(f"{config}: the tuned mesh needs {need} chips, {sl.name} has {sl.n_devices}")
+        config = os.path.abspath(config)
     hw = tpu_hardware(sl, calibration)
-    rec = _run_child(os.path.abspath(script), args, target, steps, timeout_s)
+    rec = _run_child(os.path.abspath(script), args, target, steps, timeout_s, config=config)
     out: dict[str, Any] = {
         "slice": sl.name, "topology": sl.topology_name, "devices": sl.n_devices,
         "hbm_bytes_per_chip": int(sl.chip.hbm_bytes),
         "status": rec.get("status"), "steps": rec.get("steps", 0), "error": rec.get("error"),
         "peak_bytes_per_chip": rec.get("peak_bytes_per_chip"), "fits": rec.get("fits"),
         "programs": rec.get("programs"), "compile_seconds": rec.get("compile_seconds"),
-        "step_compile_seconds": rec.get("step_compile_seconds"), "failed": rec.get("failed", []),
+        "step_compile_seconds": rec.get("step_compile_seconds"), "step_program": rec.get("step_program"),
+        "failed": rec.get("failed", []),
         "oom_message": rec.get("oom_message"),
         "live_bytes_per_chip": rec.get("live_bytes", {}), "largest_values": rec.get("largest_values", []),
         "assumptions": rec.get("assumptions", []), "sharding": rec.get("sharding"),
@@ -176,6 +189,7 @@ def check_target(script: str, args: list[str], target: str, *, steps: int = 1, t
         out["step_error"] = rec["step_error"]
     world = int(rec.get("world") or 1)
     out["world"] = world
+    out["config"] = config
     out["collective_bytes"] = rec.get("collective_bytes", {})
     if rec.get("flops"):
         # the ranks' collectives (DDP's all-reduce) over the slice's ring, as tune's cost model times them
@@ -195,7 +209,7 @@ def check_target(script: str, args: list[str], target: str, *, steps: int = 1, t
         if batch_arg is not None:
             batch = _batch_of(args, batch_arg)
             best, tries = largest_fitting_batch(os.path.abspath(script), args, target, steps, timeout_s,
-                                                batch_arg, batch)
+                                                batch_arg, batch, config)
             out["largest_fitting_batch"] = best
             out["batch_tries"] = tries
     return out
@@ -217,7 +231,11 @@ def render_text(t: dict[str, Any]) -> str:
         lines.append(f"  the abstract run failed{at}: {e['type']}: {e['message']}")
     if t.get("fits") is not None:
         verdict = "fits" if t["fits"] else "DOES NOT FIT"
-        lines.append(f"  peak memory per chip: {_gib(t['peak_bytes_per_chip'])} -> {verdict}")
+        of = f" ({t['step_program']} as one program)" if t.get("step_program") else ""
+        lines.append(f"  peak memory per chip{of}: {_gib(t['peak_bytes_per_chip'])} -> {verdict}")
+    if t.get("sharding"):
+        mesh = " x ".join(f"{k} {v}" for k, v in t["sharding"]["mesh"].items())
+        lines.append(f"  sharded by {t.get('config') or 'the script'}: mesh {mesh}")
     live = t.get("memory_by_kind") or t.get("live_bytes_per_chip") or {}
     if live:
         lines.append("  live at the end of the step: " + ", ".join(f"{k} {_gib(v)}" for k, v in live.items() if v))

@@ -6,9 +6,12 @@ kernels, Fused traces, compiled graphs, optimizer updates) is recorded, not exec
 larger than `SMALL_HOST_BYTES` become opaque placeholders of their shape (small ones, e.g. scalars, keep
 their values); reads of a tpu value on the host (`.item()`, printing, a branch on a tensor) get zeros and
 are reported as assumptions. The recorded run is then compiled for the target's compile-only TPU devices
-(`tputool.tune.tpu_compile`): the whole run as one program (XLA's memory analysis of the step, with what is
-live at its end: parameters, gradients, optimizer state), and each distinct program the backend would
-compile on its own (count, compile seconds, the ones the TPU compiler rejects with the user's line).
+(`tputool.tune.tpu_compile`): the last step cut out of the run as one program (`last_step`: the state live
+at its start donated in, the state handed on to the next step out; XLA's memory analysis of it is the
+peak), and each distinct program the backend would compile on its own (count, compile seconds, the ones
+the TPU compiler rejects with the user's line). DDP and FSDP2 run as rank 0 of the slice's ranks (fake
+process group); a tuned config (`--config`) puts its mesh on the slice's devices, and the step is then
+compiled SPMD over them.
 """
 
 from __future__ import annotations
@@ -40,9 +43,15 @@ _UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 class AbstractRun:
     """The hook the backend calls under the abstract run (`runtime.STATE.abstract`)."""
 
-    def __init__(self, frames) -> None:
+    def __init__(self, frames, devices: list) -> None:
         self.frames = frames
+        self.devices = devices  # the slice's compile-only devices (a tuned config's mesh is made of them)
         self.assumptions: dict[tuple[str, str, int], int] = {}
+        self.placements: dict[int, Any] = {}  # storage key -> the NamedSharding the script placed it with
+
+    def placed(self, t, sharding) -> None:
+        """Tensor `t` was placed with `sharding` (`mark_sharding`: a tuned config's `shard_model`)."""
+        self.placements[t.untyped_storage()._cdata] = sharding
 
     def from_host(self, arr):
         """The tpu value of host array `arr`: the array itself when small, else an opaque placeholder."""
@@ -70,11 +79,16 @@ COLLECTIVE_BYTES: dict[str, int] = {}
 """Bytes each kind of collective moved per rank in the abstract run ("all-reduce": DDP's gradient buckets)."""
 
 
+DDP_BUCKETS: dict[int, Any] = {}
+"""DDP's flat gradient buckets by index (the reducer keeps them from step to step, as on a GPU)."""
+
+
 def _ddp_allreduce(state, bucket):
     """DDP's gradient all-reduce among identical replicas: the bucket as it is (its mean), bytes counted."""
     import torch
 
     buf = bucket.buffer()
+    DDP_BUCKETS[bucket.index()] = buf
     COLLECTIVE_BYTES["all-reduce"] = COLLECTIVE_BYTES.get("all-reduce", 0) + buf.numel() * buf.element_size()
     fut = torch.futures.Future()
     fut.set_result(buf)
@@ -121,24 +135,39 @@ def _live_tpu_tensors() -> Iterator[Any]:
             yield o
 
 
-def _live_state() -> tuple[list, dict[str, int]]:
-    """The tracers held by live tpu tensors at the end of the run (each storage once), and their bytes by
-    role: parameters, gradients, optimizer state, other (batches, losses, buffers)."""
+def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple], dict[str, int]]:
+    """The live tpu tensors' values (each storage once) as (storage key, tracer, role, sharding or None: as
+    placed, or replicated), and their bytes per chip
+    by role: parameters, gradients, optimizer state, DDP's buckets, other (batches, losses, buffers). A tensor
+    placed with a sharding (`placements`, by storage) holds its shard per chip, and so do a placed parameter's
+    gradient and optimizer state of its shape. A DTensor (FSDP2's `fully_shard`) counts as its local shard."""
     import jax
-    import jax.extend.core
     import torch
 
+    def key_of(t) -> int:
+        return getattr(t, "_local_tensor", t).untyped_storage()._cdata
+
+    placed = dict(placements or {})
     optimizers = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
     opt_storages = set()
     for opt in optimizers:
-        for st in opt.state.values():
+        for param, st in opt.state.items():
+            where = placed.get(key_of(param)) if isinstance(param, torch.Tensor) else None
             for v in (st.values() if isinstance(st, dict) else ()):
                 if isinstance(v, torch.Tensor) and v.device.type == "tpu":
-                    opt_storages.add(v.untyped_storage()._cdata)
-    values, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "other": 0}
+                    opt_storages.add(key_of(v))
+                    if where is not None and v.shape == param.shape:
+                        placed.setdefault(key_of(v), where)
+    entries, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "ddp_buckets": 0,
+                                       "other": 0}
     tensors = list(_live_tpu_tensors())
-    grads = {t.grad.untyped_storage()._cdata for t in tensors
-             if isinstance(t, torch.nn.Parameter) and t.grad is not None and t.grad.device.type == "tpu"}
+    params = [o for o in gc.get_objects() if isinstance(o, torch.nn.Parameter) and o.device.type == "tpu"]
+    param_keys = {key_of(t) for t in params}
+    grads = {key_of(t.grad) for t in params if t.grad is not None and t.grad.device.type == "tpu"}
+    for t in params:
+        if t.grad is not None and key_of(t) in placed:
+            placed.setdefault(key_of(t.grad), placed[key_of(t)])
+    buckets = {b.untyped_storage()._cdata for b in DDP_BUCKETS.values()}
     for t in tensors:
         st = t.untyped_storage()
         key = st._cdata
@@ -148,12 +177,64 @@ def _live_state() -> tuple[list, dict[str, int]]:
         base = st._tpu
         if not isinstance(base, jax.core.Tracer):
             continue
-        values.append(base)
+        role = ("parameters" if key in param_keys else "optimizer_state" if key in opt_storages
+                else "gradients" if key in grads else "ddp_buckets" if key in buckets else "other")
+        entries.append((key, base, role, placed.get(key)))
         nbytes = int(base.size) * base.dtype.itemsize
-        role = ("parameters" if isinstance(t, torch.nn.Parameter) else "optimizer_state" if key in opt_storages
-                else "gradients" if key in grads else "other")
-        roles[role] += nbytes
-    return values, roles
+        roles[role] += nbytes // placed[key].num_devices * _replicas(placed[key]) if key in placed else nbytes
+    return entries, roles
+
+
+def _replicas(sharding) -> int:
+    """How many chips of its mesh hold each shard of a NamedSharding."""
+    used = {a for s in sharding.spec if s is not None for a in (s if isinstance(s, tuple) else (s,))}
+    n = 1
+    for axis, size in sharding.mesh.shape.items():
+        n *= 1 if axis in used else size
+    return n
+
+
+PERSISTENT = ("parameters", "optimizer_state", "ddp_buckets")
+"""Roles a step's program hands on to the next step even when they were created during it (AdamW's moments
+and DDP's buckets in the first step)."""
+
+
+def last_step(closed, n_final: int, keep: list[bool]):
+    """The program of the run's last step, cut out of the whole run `closed` (outputs: `n_final` values live at
+    the end, then the values live at the step's start): its inputs are the start values it reads, its outputs
+    the end values that `keep` marks (the state handed on to the next step), everything else a temporary;
+    returns it and, per input, the index of its start value. None when nothing is cut off (no start values)."""
+    import jax.extend.core as jc
+    from jax._src import core
+
+    jaxpr = closed.jaxpr
+    outs = list(jaxpr.outvars)
+    finals = [v for v, k in zip(outs[:n_final], keep, strict=True) if k]
+    boundary = {v for v in outs[n_final:] if isinstance(v, jc.Var)} - set(jaxpr.constvars)
+    while True:
+        needed = {v for v in finals if isinstance(v, jc.Var)}
+        chosen, clash = [], set()
+        for eqn in reversed(jaxpr.eqns):
+            wanted = [o for o in eqn.outvars if o in needed]
+            if not wanted or all(o in boundary for o in wanted):
+                continue
+            chosen.append(eqn)
+            clash |= boundary.intersection(eqn.outvars)  # (an equation that also makes a start value)
+            needed.update(v for v in eqn.invars if isinstance(v, jc.Var))
+        if not clash:
+            break
+        boundary -= clash  # computed in the step, not handed in
+    firsts: dict = {}
+    for i, v in enumerate(outs[n_final:]):
+        if v in boundary and v in needed:
+            firsts.setdefault(v, i)
+    invars = list(firsts)
+    if not invars:
+        return None
+    chosen.reverse()
+    effects = core.join_effects(*(e.effects for e in chosen))
+    step = jc.Jaxpr(jaxpr.constvars, invars, finals, chosen, effects)
+    return jc.ClosedJaxpr(step, closed.consts), list(firsts.values())
 
 
 def _user_line(eqn, frames) -> tuple[str, int] | None:
@@ -250,21 +331,26 @@ def fatal_line(text: str) -> str | None:
     return None
 
 
-def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False) -> dict:
+def compile_run(closed, devices: list, frames, log, progress: str, step_only: bool = False,
+                last=None, mesh=None, starts: list | None = None) -> dict:
     """Compile the recorded run for `devices` (one chip: the first): each distinct program it called, then the
-    whole run as one program; returns the figures of the report's "target" object (without the slice).
+    last step as one program (`last`: (program, start index per input), its start state donated as the backend's
+    optimizer donates it; the whole run when None); returns the figures of the report's "target" object.
+    With a `mesh` (a tuned config's, over the slice), the programs are SPMD over it: the step's inputs placed
+    as the script placed them (`starts`: the sharding of each start value, None: replicated), every other
+    program's replicated; the figures are then per chip of the mesh.
 
     Before each program's compile, `progress` holds it as JSON (with its user line) and the compiler's log
     goes to `progress + ".err"`: when the TPU compiler aborts the process, the parent names the program."""
     import jax
     import jax.extend.core
-    from jax.sharding import SingleDeviceSharding
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
     from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.tune.tpu_compile import compiled_bytes
 
-    dev = devices[0]
-    sharding = SingleDeviceSharding(dev)
+    sharding = SingleDeviceSharding(devices[0]) if mesh is None else NamedSharding(mesh, PartitionSpec())
+    out_sharding = sharding if mesh is None else None  # (SPMD: XLA propagates the inputs' shardings)
     result: dict[str, Any] = {"failed": []}
     programs = [] if step_only else _programs(closed)
     compile_s = 0.0
@@ -277,7 +363,7 @@ def compile_run(closed, devices: list, frames, log, progress: str, step_only: bo
         t0 = time.perf_counter()
         try:
             with _stderr_to(progress + ".err"), for_tpu_target():
-                jax.jit(jax.extend.core.jaxpr_as_fun(sub), out_shardings=sharding).lower(*args).compile()
+                jax.jit(jax.extend.core.jaxpr_as_fun(sub), out_shardings=out_sharding).lower(*args).compile()
         except Exception as e:  # noqa: BLE001 - the TPU compiler's rejection is the finding
             if "RESOURCE_EXHAUSTED" in str(e):
                 continue  # (one eager program larger than the chip: the whole step's analysis says so)
@@ -293,10 +379,16 @@ def compile_run(closed, devices: list, frames, log, progress: str, step_only: bo
     result["programs"] = None if step_only else len(programs)
     result["compile_seconds"] = round(compile_s, 3)
     t0 = time.perf_counter()
-    step = jax.jit(jax.extend.core.jaxpr_as_fun(closed), out_shardings=sharding)
+    whole, taken = last if last is not None else (closed, [])
+    placed = [(starts or [None] * (i + 1))[i] or sharding for i in taken]
+    state = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=s)
+             for v, s in zip(whole.jaxpr.invars, placed, strict=True)]
+    result["step_program"] = "last step" if last is not None else "whole run"
+    step = jax.jit(jax.extend.core.jaxpr_as_fun(whole), out_shardings=out_sharding,
+                   donate_argnums=tuple(range(len(state))))
     try:
         with log.capture("step"), for_tpu_target():
-            compiled = step.lower().compile()
+            compiled = step.lower(*state).compile()
     except Exception as e:  # noqa: BLE001
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg:
@@ -326,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", required=True)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--step-only", action="store_true", help="only the whole step (the batch search's runs)")
+    p.add_argument("--config", help="a tputool-tune.yaml to apply (its mesh over the slice's devices)")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -334,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TPUTOOL_CACHE_DIR"] = "off"  # (compile-only devices cannot load programs from JAX's cache)
     import jax
     import jax.extend.core
-    import torch  # noqa: F401 - loads the bundled backend before the script runs
+    import torch  # (loads the bundled backend before the script runs)
 
     from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.backend.runtime import STATE
@@ -350,28 +443,43 @@ def main(argv: list[str] | None = None) -> int:
     log = XlaLog()
     with log.capture(f"topology {sl.topology_name}", keep_rest=False):  # (libtpu's start-up lines without a TPU)
         devices = topology_devices(sl.topology_name)
-    if sl.n_devices > 1:
+    if ns.config:  # one process drives the whole slice through the config's mesh (as `tputool run --config`)
+        from tputool.tune.config import apply_config
+
+        apply_config(ns.config)
+    elif sl.n_devices > 1:
         simulate_world(sl.n_devices)
     steps = StepCounter(ns.steps)
-    run = AbstractRun(frames)
+    run = AbstractRun(frames, devices)
     roles: dict[str, int] = {}
     sys.argv = [script, *ns.args]
     sys.path.insert(0, os.path.dirname(script))
 
-    live: list = []
+    live: list = []  # (key, value, role, sharding) live at the end of the last step (before the script drops it)
+    start: list = []  # (key, value, role, sharding) live at the start of the last step
 
-    def at_step(n: int) -> None:  # the state live at the end of the last step (before the script drops it)
+    def at_step(n: int) -> None:
         nonlocal roles
         if n == ns.steps:
-            live[:], roles = _live_state()
+            live[:], roles = _live_state(run.placements)
+        elif n == ns.steps - 1:
+            start[:] = _live_state(run.placements)[0]
 
+    def at_forward(module, args) -> None:  # the last step starts at its first call of a model
+        if steps.steps == ns.steps - 1 and not forwarded and next(module.parameters(), None) is not None:
+            forwarded.append(module)
+            start[:] = _live_state(run.placements)[0]
+
+    forwarded: list = []
     steps.on_step.append(at_step)
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(at_forward)
 
     def body() -> list:
         nonlocal roles
         try:
             kept = runpy.run_path(script, run_name="__main__")  # noqa: F841 - its globals stay alive meanwhile
-            live[:], roles = _live_state()
+            live[:], roles = _live_state(run.placements)
+            start.clear()  # (the script ended before its last step: no step to cut out)
         except StepLimitReached:
             record["status"] = "step_limit"
         except SystemExit as e:
@@ -383,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             record["status"] = "error"
             record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
                                "traceback": frames.trim_traceback(e.__traceback__)}
-        return list(live)
+        return [e[1] for e in live] + [e[1] for e in start]
 
     t0 = time.perf_counter()
     STATE.abstract = run
@@ -394,18 +502,34 @@ def main(argv: list[str] | None = None) -> int:
             closed = jax.make_jaxpr(body)()
     finally:
         steps.remove()
+        hook.remove()
         STATE.abstract = None
+    started = {e[0] for e in start}
+    keep = [key in started or role in PERSISTENT for key, _, role, _ in live]
+    last = last_step(closed, len(live), keep) if start else None
     record["steps"] = steps.steps
     record["trace_seconds"] = round(time.perf_counter() - t0, 3)
     record["assumptions"] = [{"reason": r, "file": f, "line": ln, "count": n, "value": "zeros"}
                              for (r, f, ln), n in run.assumptions.items()]
     record["live_bytes"] = roles
     record["collective_bytes"] = dict(COLLECTIVE_BYTES)
-    record["world"] = sl.n_devices if sl.n_devices > 1 else 1
+    record["world"] = sl.n_devices if sl.n_devices > 1 and not ns.config else 1
+    mesh = next(iter(run.placements.values())).mesh if run.placements else None
+    if mesh is not None:
+        record["sharding"] = {"mesh": dict(mesh.shape), "placed_tensors": len(run.placements)}
+    starts = [e[3] for e in start]  # (a placed parameter's gradient and optimizer state follow it)
     if record["status"] in ("ok", "step_limit"):
         try:
-            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only))
+            record.update(compile_run(closed, devices, frames, log, ns.record + ".progress", ns.step_only, last,
+                                      mesh, starts))
             record["largest_values"] = _largest(closed, frames)
+            held = sum(roles.values())
+            if record.get("peak_bytes_per_chip") is not None and held > record["peak_bytes_per_chip"]:
+                # the backend's optimizer is its own program: everything live at the end of the step (the
+                # gradients included) is held at once there, however the step's one program fused it away
+                record["step_program_peak_bytes"] = record["peak_bytes_per_chip"]
+                record["peak_bytes_per_chip"] = held
+                record["fits"] = held <= sl.chip.hbm_bytes
         except Exception as e:  # noqa: BLE001
             record["status"] = "error"
             record["error"] = {"type": type(e).__name__, "message": _first_line(e),

@@ -55,12 +55,15 @@ class TuneConfig:
         return partition_specs({name: tuple(shape)}, self.mesh_shape, self.logical_to_mesh).specs[name]
 
     def make_mesh(self, devices: list | None = None):
-        """A `jax.sharding.Mesh` with axes (data, fsdp, tensor) over the first devices."""
+        """A `jax.sharding.Mesh` with axes (data, fsdp, tensor) over the first devices (under `diagnose --target`:
+        the slice's compile-only devices)."""
         import jax
 
+        from tputool.backend.runtime import STATE
         from tputool.tune.step import make_mesh
 
-        devices = jax.devices() if devices is None else devices
+        if devices is None:
+            devices = STATE.abstract.devices if STATE.abstract is not None else jax.devices()
         if len(devices) < self.candidate.n_devices:
             raise UserError(f"the tuned mesh needs {self.candidate.n_devices} devices, this process has "
                             f"{len(devices)} (simulate them with `tputool run --cpu-devices "

@@ -65,6 +65,10 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, spec: Spec) -> torch.Tensor:
     _check_divisible(tuple(t.shape), sharding)
     arr = tt.to_jax(t)
     tt.write(t.detach(), jax.device_put(arr, sharding))
+    from tputool.backend.runtime import STATE
+
+    if STATE.abstract is not None:  # (diagnose --target: the step's program takes this state so placed)
+        STATE.abstract.placed(t, sharding)
     return t
 
 

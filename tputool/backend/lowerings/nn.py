@@ -1,5 +1,5 @@
 """Neural-network lowerings: convolution (+ backward), layer norm (+ backward), average pooling, 2-d max
-pooling with indices (+ backward), negative log likelihood (its targets checked on the device).
+pooling with indices (+ backward), negative log likelihood (its targets checked on the device; its backward fusible).
 
 Backwards are the JAX VJPs of the forward lowerings (max pooling's scatters the gradient to the saved
 indices). Batch norm, dropout, other max poolings, losses and interpolation come from PyTorch's decompositions.
@@ -316,3 +316,21 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     total = jnp.sum(w)
     out = losses if reduction == 0 else (jnp.sum(losses) if reduction == 2 else jnp.sum(losses) / total)
     return out.astype(self.dtype), total.astype(self.dtype)
+
+
+@lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    # PyTorch's decomposition (a scatter of -1 into zeros, times the gradient) as one elementwise expression:
+    # the one-hot comes from an iota, so XLA fuses it into its consumer (log_softmax's backward) instead of
+    # materializing two more (N, C) buffers
+    cd = 1 if self.ndim >= 2 else 0
+    g = grad_output / total_weight if reduction == 1 else grad_output
+    keep = jnp.expand_dims(target != ignore_index, cd)
+    safe = jnp.where(keep, jnp.expand_dims(target, cd), 0)
+    if self.ndim > g.ndim > 0:
+        g = jnp.expand_dims(g, cd)
+    if weight is not None:
+        g = g * weight.reshape([weight.shape[0] if i == cd else 1 for i in range(self.ndim)])
+    g = jnp.where(keep, g, 0)
+    hot = lax.broadcasted_iota(safe.dtype, self.shape, cd) == safe
+    return (jnp.where(hot, -1.0, 0.0).astype(self.dtype) * g).astype(self.dtype)
