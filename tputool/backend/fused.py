@@ -759,6 +759,8 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))
     if not written:
         outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
+        if KIND_T not in kinds and KIND_L not in kinds and KIND_T not in kw_kinds.values():
+            _check_alloc(outs)  # (a factory: an allocation, refused now if it cannot fit, as in Strict mode)
         res = [None if o is None else _new_tensor(o) for o in outs]
         if f.returns_list:
             return res
@@ -776,11 +778,15 @@ _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
 _create_empty = torch._C._acc.create_empty_tensor
 
 
+def _check_alloc(outs: list) -> None:
+    """Raise torch.OutOfMemoryError now when a factory's results cannot fit (`tensor.empty`'s check)."""
+    nbytes = sum(math.prod(o.shape) * np.dtype(o.dtype).itemsize for o in outs if o is not None)
+    if nbytes >= memory.CHECK_FROM and runtime.STATE.abstract is None:
+        memory.check_alloc(nbytes)
+
+
 def _new_tensor(lz: Lazy) -> torch.Tensor:
     dt = _NP_TO_TORCH.get(lz.dtype) or _NP_TO_TORCH[np.dtype(lz.dtype)]
-    nbytes = math.prod(lz.shape) * dt.itemsize
-    if nbytes >= memory.CHECK_FROM and runtime.STATE.abstract is None:
-        memory.check_alloc(nbytes)  # (a result that cannot fit is refused at its op, as in Strict mode)
     t = _create_empty(lz.shape, dt)
     st = t.untyped_storage()
     st._tpu = lz
