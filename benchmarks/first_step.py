@@ -14,9 +14,9 @@ again in another new process with the same directory (warm: whatever persistent 
 the warm process the steady step (median of --steps). Columns:
   compiled   XLA backend compiles before the first step finished (JAX's own monitoring event; a persistent
              cache hit is not a compile), cold process
-  launches   device programs launched in one steady step: Strict per-op kernels + Fused flushes + compiled
-             graph calls (counted in the child by wrapping those three entry points; `jax` is 1 by
-             construction, `cpu-eager` none)
+  launches   device programs launched in one steady step, as the backend counts them (`events.total("launch")`:
+             Strict per-op and view kernels, Fused flushes, compiled graph calls); `jax` is 1 by
+             construction, `cpu-eager` none
 Rows are interleaved (round-robin), ROUNDS rounds; the best round per row is kept. Ratios against
 cpu-eager and jax. On a CPU-only machine this measures dispatch and compile overheads on XLA:CPU.
 
@@ -131,28 +131,6 @@ def _torch_setup(model_name: str):
 
 # ---- the child: one row, one process ---------------------------------------------------------------------
 
-def _count_launches() -> list[int]:
-    """Wrap Strict's kernel launch, Fused's flush and compiled graphs' call; return the running counter."""
-    from tputool.backend import dispatch, fused
-    from tputool.backend.graph import jaxify
-
-    n = [0]
-
-    def wrap(owner, attr):
-        orig = getattr(owner, attr)
-
-        def counted(*a, **k):
-            n[0] += 1
-            return orig(*a, **k)
-
-        setattr(owner, attr, counted)
-
-    wrap(dispatch.LoweredOp, "_launch")
-    wrap(fused.Trace, "flush")
-    wrap(jaxify.JaxGraph, "__call__")
-    return n
-
-
 def _torch_step(row: str, model_name: str):
     import torch
 
@@ -241,7 +219,9 @@ def child(row: str, model_name: str, steps: int) -> dict:
         step = _jax_step(model_name)
     else:
         step = _torch_step(row, model_name)
-    launches = _count_launches() if row.startswith("tpu") else None
+    events = None
+    if row.startswith("tpu"):
+        from tputool.backend import events  # the backend's launch counter: events.total("launch")
     t0 = time.perf_counter()
     loss0 = step()
     first = time.perf_counter() - t0
@@ -254,10 +234,10 @@ def child(row: str, model_name: str, steps: int) -> dict:
         step()
         times.append(time.perf_counter() - t)
     per_step = None
-    if launches is not None:
-        before = launches[0]
+    if events is not None:
+        before = events.total("launch")
         step()
-        per_step = launches[0] - before
+        per_step = events.total("launch") - before
     elif row == "jax":
         per_step = 1
     return {"first_s": first, "setup_s": t0 - t_start, "steady_ms": statistics.median(times) * 1e3,

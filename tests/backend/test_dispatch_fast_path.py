@@ -11,7 +11,8 @@ from tputool.backend import events, runtime
 
 @pytest.fixture
 def dev(tpu_device):
-    return tpu_device
+    with torch.tpu.eager_mode(torch.tpu.EagerMode.DEFER_NEVER):  # (Strict's dispatcher, whatever the default)
+        yield tpu_device
 
 
 def _pair(*shape, dtype=torch.float32, seed=0):

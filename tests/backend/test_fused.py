@@ -280,3 +280,26 @@ def test_printing_a_pending_fused_tensor_shows_its_values():
         assert "[[3.],\n        [3.]]" in repr(y)
     finally:
         runtime.set_mode(runtime.EagerMode.DEFER_NEVER)
+
+
+def test_copy_and_clone_of_conjugate_and_negative_views_resolve_the_bits(fused, tpu_device: str) -> None:
+    """copy_/clone/mm see conjugate and negative views unresolved (PyTorch resolves them for other ops): Fused mode
+    runs them as Strict does instead of recording a lowering that would read the raw values."""
+    z = torch.complex(torch.randn(5), torch.randn(5))
+    t = z.to(tpu_device) * 1  # (a pending value)
+    out = torch.zeros(5, dtype=torch.complex64, device=tpu_device)
+    out.copy_(t.conj())
+    torch.testing.assert_close(out.cpu(), z.conj().resolve_conj())
+    torch.testing.assert_close(t.conj().clone().resolve_conj().cpu(), z.conj().resolve_conj())
+    m = torch.complex(torch.randn(3, 3), torch.randn(3, 3))
+    tm = m.to(tpu_device) + 0
+    torch.testing.assert_close((tm.conj() @ tm).cpu(), m.conj() @ m, rtol=1e-5, atol=1e-5)
+    assert any("conjugate or negative view" in d for d in _flushes())
+
+
+def test_factory_that_cannot_fit_raises_out_of_memory_at_its_call(fused, tpu_device: str) -> None:
+    for make in (lambda: torch.zeros(1 << 40, device=tpu_device), lambda: torch.full((1 << 20, 1 << 20), 2.0,
+                                                                                     device=tpu_device)):
+        with pytest.raises(torch.OutOfMemoryError, match="tpu out of memory. Tried to allocate"):
+            make()
+    assert torch.ones(2, device=tpu_device).sum().item() == 2.0  # (the trace is still usable)

@@ -41,11 +41,13 @@ def jitted(key: Hashable, make: Callable[[], Callable], static_argnums: tuple[in
 
 
 def call(fn: Callable, name: str, *args):
-    """`fn(*args)`, recording a "compile" event (detail `name`) if it compiled a new executable."""
+    """`fn(*args)`, counted as a launch, recording a "compile" event (detail `name`) if it compiled a new
+    executable."""
     n = fn._cache_size()
     out = fn(*args)
     if fn._cache_size() != n:
         events.record("compile", name)
+    events.launches += 1
     return out
 
 

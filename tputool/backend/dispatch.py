@@ -13,7 +13,7 @@ from collections.abc import Callable
 import jax
 import torch
 
-from tputool.backend import asserts, cache, fallback, memory, op_plan, rng
+from tputool.backend import asserts, cache, events, fallback, memory, op_plan, rng
 from tputool.backend import tensor as tt
 from tputool.backend.lowerings import Lowering, Unsupported
 from tputool.backend.lowerings.checks import fold, run_checked
@@ -137,7 +137,7 @@ class LoweredOp:
         result and a known plan (the hot path of eager dispatch), else the general `__call__`."""
         general, plans, op, name = _guarded(self), self._plans, self.op, self.name
         value, record, track = tensor_value, cache.record_compile, _track
-        create, to_torch = _create, _NP_TO_TORCH
+        create, to_torch, ev = _create, _NP_TO_TORCH, events
         if not (self._fast_ok and self.single) or self.host_args or self.checked:
             return _general_kernel(self)
 
@@ -172,6 +172,7 @@ class LoweredOp:
                     out = fn(*map(value, args))
                 if fn._cache_size() != n:
                     record(name)
+                ev.launches += 1
                 track(out)
                 if _state.blocking:
                     jax.block_until_ready(out)
@@ -317,6 +318,7 @@ class LoweredOp:
         out = fn(*dyn) if not self.checked else asserts.launch(fn, dyn, self.name)
         if fn._cache_size() != n:
             cache.record_compile(self.name)
+        events.launches += 1
         if type(out) is tuple:
             for o in out:
                 if o is not None:

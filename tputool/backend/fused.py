@@ -501,7 +501,7 @@ class _OpFacts:
 
     __slots__ = ("op", "composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
                  "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry",
-                 "decomposition", "like_factory")
+                 "decomposition", "like_factory", "sees_bits")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         plan = op_plan.plan(func)
@@ -511,6 +511,9 @@ class _OpFacts:
         self.geometry = GEOMETRY.get(func) if self.runs_as_usual else None
         self.is_to_copy = func is aten._to_copy.default
         self.like_factory = op_plan.is_like_factory(func)
+        # PyTorch resolves conjugate/negative views before most ops; these see the bits (copy_, clone, mm...)
+        self.sees_bits = any(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k)
+                             for k in ("Conjugate", "Negative"))
         schema_args = func._schema.arguments
         self.written = list(plan.written)
         self.out_variant = plan.out_variant  # (out= variants run eagerly: plan.traced is None for them)
@@ -590,11 +593,14 @@ class FuseMode(TorchDispatchMode):
         mark = TRACE.mark()
         try:
             handled = _record(func, f, args, kwargs)
-        except HostOperand:
+        except RunEagerly as e:
             TRACE.rollback(mark)
             if _has_lazy(args, kwargs):
-                TRACE.flush(SYNC_REASONS.get(func) or f"{func} (a CPU operand)")
+                TRACE.flush(SYNC_REASONS.get(func) or f"{func} ({e.reason})")
             return func(*args, **kwargs)
+        except torch.OutOfMemoryError:  # (a result that cannot fit: refused at its op, as Strict mode refuses it)
+            TRACE.rollback(mark)
+            raise
         except Exception as e:  # noqa: BLE001 - any failure to defer falls back to running the op as Strict does
             # An exception raised here on autograd's tpu worker thread aborts the process ("terminate called
             # without an active exception"), so a failed recording never propagates: the op runs eagerly on
@@ -638,10 +644,26 @@ def _arg_facts(op: torch._ops.OpOverload, floats: bool = False) -> tuple[dict, l
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
 
 
-class HostOperand(Exception):  # noqa: N818 - a signal, not an error
+class RunEagerly(Exception):  # noqa: N818 - a signal, not an error
+    """Raised while recording an op that must run as in Strict mode instead (after a flush, never through a
+    decomposition); `reason` ends the flush's reason."""
+
+    reason = "not deferred"
+
+
+class HostOperand(RunEagerly):
     """Raised while recording when a CPU tensor with elements is among a tpu op's operands: the op runs as in
     Strict mode instead (a copy between devices, CPU indices moved to the device, or PyTorch's mixed-device
     error), never through a decomposition (which would word that error otherwise)."""
+
+    reason = "a CPU operand"
+
+
+class ViewBits(RunEagerly):
+    """Raised while recording an op that sees conjugate/negative views (`_OpFacts.sees_bits`) given one: Strict
+    mode's kernels resolve the bits, the recorded lowering would read the unresolved values."""
+
+    reason = "a conjugate or negative view"
 
 
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
@@ -715,6 +737,8 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     low, written = f.low, f.written
     if low is None or f.out_variant:
         return NotImplemented  # (no lowering, or an out= variant: runs eagerly)
+    if f.sees_bits and any(t.is_conj() or t.is_neg() for t in _tensors(args, kwargs)):
+        raise ViewBits
     if written:
         vals = list(args) + [kwargs.get(n) for n in f.names[len(args):]]
         targets = op_plan.written_tensors(vals, written)
@@ -735,6 +759,8 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))
     if not written:
         outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
+        if KIND_T not in kinds and KIND_L not in kinds and KIND_T not in kw_kinds.values():
+            _check_alloc(outs)  # (a factory: an allocation, refused now if it cannot fit, as in Strict mode)
         res = [None if o is None else _new_tensor(o) for o in outs]
         if f.returns_list:
             return res
@@ -750,6 +776,13 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
 
 _NP_TO_TORCH = tt.dtypes.NP_TO_TORCH
 _create_empty = torch._C._acc.create_empty_tensor
+
+
+def _check_alloc(outs: list) -> None:
+    """Raise torch.OutOfMemoryError now when a factory's results cannot fit (`tensor.empty`'s check)."""
+    nbytes = sum(math.prod(o.shape) * np.dtype(o.dtype).itemsize for o in outs if o is not None)
+    if nbytes >= memory.CHECK_FROM and runtime.STATE.abstract is None:
+        memory.check_alloc(nbytes)
 
 
 def _new_tensor(lz: Lazy) -> torch.Tensor:

@@ -10,7 +10,7 @@ import math
 import jax
 import torch
 
-from tputool.backend import dtypes
+from tputool.backend import dtypes, events
 from tputool.backend import tensor as tt
 from tputool.backend.dispatch import LoweredOp, Signature
 from tputool.backend.lowerings import Lowering, linalg
@@ -121,12 +121,15 @@ def _value_for(dst: torch.Tensor, src: torch.Tensor) -> jax.Array:
     src_bits, dst_bits = _bits(src), _bits(dst)
     if src_bits != (False, False):
         v = _flip_bits(*src_bits)(v)
+        events.launches += 1
     want = dtypes.TORCH_TO_NP[dst.dtype]
     shape = tuple(dst.shape)
     if v.dtype != want or v.shape != shape:
         v = _converter(want, shape)(v)
+        events.launches += 1
     if dst_bits != (False, False):
         v = _flip_bits(*dst_bits)(v)
+        events.launches += 1
     return v
 
 
@@ -175,9 +178,11 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_bl
         bits = _bits(self)
         if bits != (False, False):
             src = _flip_bits(*bits)(src)
+            events.launches += 1
         want = dtypes.to_np(dtype)
         if src.dtype != want:
             src = _converter(want, src.shape)(src)
+            events.launches += 1
         return tt.from_jax(src)
     out = tt.to_cpu(self, "cpu")
     if self.is_conj():
@@ -311,6 +316,7 @@ def view_dtype(self, dtype):
     # A bit-level reinterpretation copy: not an alias (documented limitation of the bundled backend).
     v = tt.to_jax(self)
     want = dtypes.to_np(dtype)
+    events.launches += 1 if v.dtype.itemsize == want.itemsize else 2  # (the bitcast, and a reshape)
     if v.dtype.itemsize == want.itemsize:
         return tt.from_jax(jax.lax.bitcast_convert_type(v, want))
     if v.dtype.itemsize > want.itemsize:
@@ -337,6 +343,7 @@ def view_as_real(self):
                            "tensor so you can view it as real, use self.resolve_conj()")
     if not self.is_complex():
         raise RuntimeError(f"view_as_real is only supported for complex tensors, got {self.dtype}")
+    events.launches += 1
     return tt.from_jax(_jitted(_as_real)(tt.to_jax(self)))
 
 
@@ -348,6 +355,7 @@ def view_as_complex(self):
                            f"scalar type: {str(self.dtype).removeprefix('torch.').capitalize()}")
     if self.dim() == 0 or self.shape[-1] != 2:
         raise RuntimeError("Tensor must have a last dimension of size 2")
+    events.launches += 1
     return tt.from_jax(_jitted(_as_complex)(tt.to_jax(self)))
 
 
@@ -423,14 +431,17 @@ def _masked_select_fn(n: int):
 
 
 def _count(m: jax.Array) -> int:
+    events.launches += 1
     return int(tt.jax_to_cpu(_count_fn()(m), "nonzero").item())
 
 
 @_kernel(aten.nonzero.default)
 def nonzero(self):
     a = tt.to_jax(self)
+    events.launches += 1
     if a.ndim == 0:
         a = a.reshape(1)
+        events.launches += 2  # (the reshape and the slice)
         return tt.from_jax(_nonzero_fn(_count(a))(a)[:, :0])
     return tt.from_jax(_nonzero_fn(_count(a))(a))
 
@@ -439,6 +450,7 @@ def nonzero(self):
 def masked_select(self, mask):
     a, m = tt.to_jax(self), tt.to_jax(mask).astype(bool)
     n = _count(jax.numpy.broadcast_to(m, jax.numpy.broadcast_shapes(a.shape, m.shape)))
+    events.launches += 3  # (the cast, the broadcast and the selection)
     return tt.from_jax(_masked_select_fn(n)(a, m))
 
 

@@ -89,6 +89,7 @@ def _base(storage) -> jax.Array:
     base = storage._tpu
     if type(base) is Uninit:
         base = storage._tpu = jnp.zeros(base.shape, base.dtype)
+        events.launches += 1
     return base
 
 
@@ -144,6 +145,7 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     if type(base) is Uninit:
         base = _base(st)
     size, stride, off = tuple(shape), t.stride(), t.storage_offset()
+    events.launches += 1  # (a reshape of a whole buffer, or a view's read kernel)
     if off == 0 and math.prod(size) == base.size and views.is_contiguous(size, stride):
         return base.reshape(size)
     return views.reader(base.shape, size, stride, off)(base)
@@ -161,10 +163,12 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
             return
         if math.prod(size) == base.size:  # the whole buffer, seen in another shape
             st._tpu = value.reshape(base.shape)
+            events.launches += 1
             return
     if type(base) is Uninit:
         base = _base(st)
     st._tpu = new = views.writer(base.shape, size, t.stride(), off)(base, value)
+    events.launches += 1
     track(new)
 
 
@@ -180,6 +184,7 @@ def resize(t: torch.Tensor, size) -> None:
             st._tpu = Uninit((need,), base.dtype)
         else:
             st._tpu = jnp.pad(base.reshape(-1), (0, need - base.size))
+            events.launches += 2
     _set_storage_meta(_META_KS, t, st, t.storage_offset(), size, stride)
 
 

@@ -46,7 +46,12 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
         return Report(os.path.abspath(script), "static", 0, 0, None, static, static_only=True, note=note)
 
     from tputool.diagnose import cost
-    from tputool.diagnose.analyze import findings_from_record, steady_step_s
+    from tputool.diagnose.analyze import (
+        findings_from_record,
+        first_step_compiles,
+        steady_launches,
+        steady_step_s,
+    )
     from tputool.diagnose.runner import run_child
 
     rec = run_child(script, list(args or []), timeout_s, max_steps, script_output_to_stderr)
@@ -64,7 +69,8 @@ def diagnose(script: str, args: list[str] | None = None, *, timeout_s: float = 6
     return Report(rec.script, rec.status, int(rec.exit_code or 0), int(rec.steps or 0), round(rec.wall_s, 3), findings,
                   rec.error, _round(rec.run_s, 3), rec.devices, note=note, step_s=_round(steady_step_s(rec), 6),
                   stopped_at=tuple(rec.stopped_at) if rec.stopped_at else None, signal=rec.signal,
-                  loop=rec.loop, calls=int(rec.calls or 0))
+                  loop=rec.loop, calls=int(rec.calls or 0), first_compiles=first_step_compiles(rec),
+                  launches=steady_launches(rec))
 
 
 def _comparable(rec: RunRecord) -> bool:

@@ -130,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     calls.on_call.append(call_done)
     if events is not None:
         steps.on_step.append(lambda n: boundaries.append(len(events.log)))
+    # the backend's launch counter when each step / top-level call ended (per-iteration launches, as step_s)
+    step_launches: list[int] = []
+    call_launches: list[int] = []
+    if events is not None:
+        steps.on_step.append(lambda n: step_launches.append(events.launches))
+        calls.on_call.append(lambda n: call_launches.append(events.launches))
     observer = Observer(frames, steps)
     jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, ns.timeout)
     t_start = time.perf_counter()
+    launches_at_start = events.launches if events is not None else 0
     steps.install()
     calls.install()
     observer.__enter__()
@@ -194,12 +201,15 @@ def main(argv: list[str] | None = None) -> int:
             record.compiled_models = compiler.compiled
     t_end = time.perf_counter()
     record.steps, record.run_s, record.startup_s = steps.steps, t_end - t_start, t_start - t0
-    ends = steps.step_ends
+    ends, marks = steps.step_ends, step_launches
     if not steps.steps and calls.calls:
         record.loop, record.calls, record.call_sites, ends = "calls", calls.calls, calls.to_record(), calls.ends
+        marks = call_launches
     elif steps.steps:
         record.loop = "steps"
     record.step_s = [b - a for a, b in zip([t_start, *ends], ends, strict=False)]
+    if events is not None:  # (a counter reset by the script itself gives no negative count)
+        record.launches = [max(b - a, 0) for a, b in zip([launches_at_start, *marks], marks, strict=False)]
     record.xla = jaxwatch.to_record(steps.iteration)
     observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks),
                 **_events_record(boundaries, steps.iteration)}

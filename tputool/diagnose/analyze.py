@@ -372,6 +372,22 @@ def steady_step_s(rec: RunRecord) -> float | None:
     return late[len(late) // 2] if late else None
 
 
+def steady_launches(rec: RunRecord) -> int | None:
+    """Median device programs launched per iteration over the second half of the run (as `steady_step_s`);
+    None with fewer than 2 iterations or a run that did not use the tpu device."""
+    counts = rec.launches or []
+    late = sorted(counts[len(counts) // 2:]) if len(counts) >= 2 and "tpu" in rec.devices else []
+    return late[len(late) // 2] if late else None
+
+
+def first_step_compiles(rec: RunRecord) -> int | None:
+    """XLA compiles before the first iteration (step, or model call) ended; None when no iteration ended or the
+    run did not use the tpu device."""
+    if not (rec.step_s and "tpu" in rec.devices):
+        return None
+    return int(rec.xla.get("first_step_compiles", 0))
+
+
 def _compile_time(rec: RunRecord) -> list[Finding]:
     xla = rec.xla
     total = xla.get("compile_s", 0.0)

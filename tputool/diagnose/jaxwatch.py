@@ -47,11 +47,13 @@ class JaxWatch:
     def to_record(self, steps: int) -> dict:
         """Totals for the whole run and for its second half (steps // 2 onwards) when two or more steps ran."""
         late_from = steps // 2 if steps >= 2 else None
-        out = {"compiles": 0, "late_compiles": 0, **{n: 0.0 for n in EVENTS.values()}, "late_compile_s": 0.0}
+        out = {"compiles": 0, "late_compiles": 0, "first_step_compiles": 0, **{n: 0.0 for n in EVENTS.values()},
+               "late_compile_s": 0.0}
         for step, name, secs in self.spans:
             out[name] += secs
             if name == "compile_s":
                 out["compiles"] += 1
+                out["first_step_compiles"] += step == 0  # (before the first step, or the first call, ended)
             if late_from is not None and step >= late_from and name == "compile_s":
                 out["late_compile_s"] += secs
                 out["late_compiles"] += 1

@@ -27,6 +27,8 @@ class Report:
     signal: str | None = None  # the signal that killed the script (SIGSEGV), if one did
     loop: str | None = None  # "steps" (optimizer steps), "calls" (top-level model calls: inference), or None
     calls: int = 0  # top-level model calls, when no optimizer step ran
+    first_compiles: int | None = None  # XLA compiles before the first iteration ended (tpu runs)
+    launches: int | None = None  # device programs launched per steady-state iteration (tpu runs)
 
     @property
     def script_failed(self) -> bool:

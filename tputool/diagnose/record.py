@@ -50,6 +50,7 @@ class RunRecord:
     # from the backend's event log (tputool.backend.events)
     events: list[dict[str, Any]] = field(default_factory=list)  # kind, detail, file, line, count, amount, late ...
     event_totals: dict[str, int] = field(default_factory=dict)
+    launches: list[int] | None = None  # device programs launched in each iteration (as step_s); None: no backend
     wall_s: float | None = None  # set by the parent: the child's wall time
     compiled_models: list[dict[str, Any]] = field(default_factory=list)  # --compile-models: cls, file, line
 

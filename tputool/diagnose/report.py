@@ -8,6 +8,10 @@ JSON schema "tputool.diagnose/1" (fields are only ever added, never renamed):
   step_s: median seconds per step (per call for a loop without an optimizer) over the second half of the run
   (null with fewer than 2); loop: "steps" | "calls" (model calls, no optimizer step: inference, generate) | null;
   calls: top-level model calls counted when no optimizer step ran;
+  compiled_before_first_step: XLA compiles before the first step (first model call of a loop without an
+  optimizer) ended, a persistent-cache hit not counted; launches_per_step: device programs launched per step
+  (per call), median over the second half of the run (both null for a run that did not use the tpu device,
+  the latter with fewer than 2 steps);
   devices: device types tensors lived on; note: null or a remark (e.g. static analysis skipped);
   verdict: the one-line summary; summary: {error, warning, info}: counts;
   findings: [{severity: error|warning|info, code, name, file, line (1-based; 0 for a finding about the whole
@@ -124,6 +128,19 @@ def _run_line(report: Report) -> str:
     return f"{ran}{devices}{secs}{step}; {how}"
 
 
+def _programs_line(report: Report) -> str | None:
+    """The device-program figures of a tpu run: XLA compiles before the first step, launches per steady step."""
+    unit = "call" if report.loop == "calls" else "step"
+    parts = []
+    if report.first_compiles is not None:
+        parts.append(f"{report.first_compiles} XLA program{'s' * (report.first_compiles != 1)} compiled before "
+                     f"the first {unit} ended")
+    if report.launches is not None:
+        parts.append(f"{report.launches} device program launch{'es' * (report.launches != 1)} per {unit} in "
+                     "steady state")
+    return "device programs: " + ", ".join(parts) if parts else None
+
+
 def to_json(report: Report) -> str:
     """The report as JSON (schema tputool.diagnose/1)."""
     doc = {
@@ -131,7 +148,9 @@ def to_json(report: Report) -> str:
         "exit_code": report.exit_code, "signal": report.signal,
         "stopped_at": report.stopped_at and {"file": display_path(report.stopped_at[0]), "line": report.stopped_at[1]},
         "steps": report.steps, "wall_s": report.wall_s, "run_s": report.run_s,
-        "step_s": report.step_s, "loop": report.loop, "calls": report.calls, "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
+        "step_s": report.step_s, "loop": report.loop, "calls": report.calls,
+        "compiled_before_first_step": report.first_compiles, "launches_per_step": report.launches,
+        "devices": report.devices, "note": report.note, "verdict": verdict(report), "summary": report.counts(),
         "findings": [{"severity": str(f.severity), "code": f.code, "name": f.name, "file": display_path(f.path),
                       "line": f.line, "message": f.message, "fix": f.fix, "count": f.count, "per_step": f.per_step,
                       "source": f.source, "cost_ms_per_step": f.extra.get("cost_ms"),
@@ -151,6 +170,9 @@ def render_text(report: Report, console: object) -> None:
     c = console
     c.print(f"[bold]{escape(verdict(report))}[/bold]")
     c.print(f"[dim]{escape(display_path(report.script))}: {escape(_run_line(report))}[/dim]")
+    programs = _programs_line(report)
+    if programs:
+        c.print(f"[dim]{escape(programs)}[/dim]")
     if report.note:
         c.print(f"[dim]note: {escape(report.note)}[/dim]")
     unseen = report.static_unseen()

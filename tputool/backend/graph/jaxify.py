@@ -265,6 +265,7 @@ class JaxGraph:
             outs = fn(rng_key, *inputs)
         else:
             outs = spmd.to_local(spmd.run(fn, rng_key, inputs))
+        events.launches += 1
         if self._has_static_out:
             for i, v in self._static_out[sig].items():
                 outs = outs[:i] + (v,) + outs[i + 1 :]

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from tputool.backend import dtypes
+from tputool.backend import dtypes, events
 from tputool.backend.lowerings import lowering
 from tputool.backend.tpu_api import _bridge
 
@@ -94,6 +94,7 @@ def jax_op_graph(inputs: list[torch.Tensor], key: int) -> list[torch.Tensor]:
 
     fn, static = _entries[key]
     arrs = _bridge.arrays(inputs, "torch.tpu.pallas.jax_op")
+    events.launches += 1
     return [_bridge.tensor(a) for a in jax.tree_util.tree_leaves(_compiled(fn, static).call(*arrs))]
 
 
@@ -122,6 +123,7 @@ def jax_op_vjp(inputs: list[torch.Tensor], cotangents: list[torch.Tensor], key: 
     """Gradients of entry `key`'s floating inputs for `cotangents` of its outputs (eager kernel: tpu tensors)."""
     arrs = _bridge.arrays([*inputs, *cotangents], "torch.tpu.pallas.jax_op backward")
     n = len(inputs)
+    events.launches += 1
     return [_bridge.tensor(a) for a in _vjp_jit(arrs[:n], arrs[n:], key)]
 
 

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import torch
 
-from tputool.backend import cache, runtime
+from tputool.backend import cache, events, runtime
 from tputool.backend.tpu_api import _bridge
 
 __all__ = ["get_pallas_mesh", "jax_op"]
@@ -90,6 +90,7 @@ class _JaxOp(torch.autograd.Function):
             out, ctx.vjp = cache.call(compiled.fwd, "torch.tpu.pallas.jax_op", *arrs)
         else:
             out, ctx.vjp = compiled.call(*arrs), None
+            events.launches += 1
         leaves, treedef = jax.tree_util.tree_flatten(out)
         box.append(treedef)
         outs = tuple(_bridge.tensor(a) for a in leaves)
@@ -110,6 +111,7 @@ class _JaxOp(torch.autograd.Function):
             else:
                 cts.append(_bridge.arrays([g], "torch.tpu.pallas.jax_op backward")[0].astype(dtype))
         in_cts = ctx.compiled.bwd(ctx.vjp, jax.tree_util.tree_unflatten(ctx.treedef, cts))
+        events.launches += 1
         return (None, None, *(_bridge.tensor(c) if ok else None for c, ok in zip(in_cts, ctx.in_diff, strict=True)))
 
 
