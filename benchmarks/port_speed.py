@@ -10,7 +10,13 @@ Then, side by side in one run, times
   port-N    the same with jobs=N;
 and prints the ratios port/floor. Targets: heavy port-N <= 1.3x floor-N; sparse well under 1x.
 
-Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1]
+With --memory SIZES (MB, e.g. 1,5): one file per size, built from the same torch modules with the CUDA
+snippet after each, and the peak resident memory of a fresh process that
+  parse    only parses it with libcst (the floor: libcst's tree of the whole file),
+  port     ports it (tputool's port_python, what `tputool port --max-file-size 100MB` runs on it),
+printed per MB of source, interleaved. Files over --max-file-size (default 1 MB) are skipped by `port` (TPU940).
+
+Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1] [--memory 1,5]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,13 +136,75 @@ def port(root: Path, jobs: int) -> tuple[float, int, int]:
     return dt, sum(r.status == engine.CHANGED for r in res.files), sum(r.status == engine.PREFILTERED for r in res.files)
 
 
+_PEAK = """
+import resource, sys
+src = open(sys.argv[2]).read()
+if sys.argv[1] == "parse":
+    import libcst
+    libcst.parse_module(src)
+else:
+    from tputool.codemods.python import port_python
+    from tputool.rules.model import Settings
+    port_python(src, sys.argv[2], Settings())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def big_file(base: Path, megabytes: float) -> Path:
+    """One valid Python file of about `megabytes` MB: torch modules, each followed by the CUDA snippet."""
+    out, n = ["import torch as _bench_torch\n"], 0
+    for i, src in enumerate(_torch_sources(20_000, 60_000)):
+        text = src.read_text(encoding="utf-8").replace("from __future__ import annotations", "")
+        try:
+            compile(text, str(src), "exec")
+        except SyntaxError:
+            continue
+        out += [text, SNIPPET.replace("_bench_train_step", f"_bench_train_step_{i}")]
+        n += len(text)
+        if n >= megabytes * 1e6:
+            break
+    path = base / f"big_{megabytes:g}mb.py"
+    path.write_text("\n".join(out), encoding="utf-8")
+    return path
+
+
+def peak_bytes(mode: str, path: Path) -> int:
+    """Peak RSS of a fresh process that parses (`parse`) or ports (`port`) `path`."""
+    run = subprocess.run([sys.executable, "-c", _PEAK, mode, str(path)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TPUTOOL_BACKEND": "0"})
+    return int(run.stdout.split()[-1])
+
+
+def memory(sizes: list[float], repeat: int) -> None:
+    """Print the peak memory per MB of source of parse vs port for one file of each size."""
+    base = Path(tempfile.mkdtemp(prefix="tputool-bench-mem-"))
+    try:
+        print(f"{'file MB':>8} {'parse MB':>9} {'port MB':>8} {'parse/MB':>9} {'port/MB':>8} {'port/parse':>10}")
+        for size in sizes:
+            path = big_file(base, size)
+            mb = path.stat().st_size / 1e6
+            runs = {"parse": [], "port": []}
+            for _ in range(repeat):  # interleaved
+                for mode in runs:
+                    runs[mode].append(peak_bytes(mode, path) / 1e6)
+            parse, port_ = min(runs["parse"]), min(runs["port"])
+            print(f"{mb:8.2f} {parse:9.0f} {port_:8.0f} {parse / mb:9.0f} {port_ / mb:8.0f} {port_ / parse:10.2f}",
+                  flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=1, help="take the best of this many timings")
     ap.add_argument("--trees", default="sparse,heavy")
+    ap.add_argument("--memory", help="peak memory per MB of source instead: file sizes in MB, e.g. 1,5")
     args = ap.parse_args()
+    if args.memory:
+        memory([float(x) for x in args.memory.split(",")], args.repeat)
+        return
     os.environ.setdefault("TPUTOOL_BACKEND", "0")
     import libcst  # noqa: F401
 

@@ -7,6 +7,13 @@ does on CUDA with a static cache). Greedy and sampled outputs are the same with 
 speed, not results. The caller's own `cache_implementation=`, a `cache=` object or `use_cache=False` win;
 `TPUTOOL_HF_STATIC_CACHE=0` turns the default off.
 
+The static cache chosen here is sized to a bucket (`cache_bucket`: the next power of two of `max_length`, at least
+`MIN_BUCKET`, at most the model's `max_position_embeddings` unless `max_length` is longer), not to each call's own
+`max_length`: HF sizes it to the longest call so far, so every longer prompt or larger `max_new_tokens` gave the
+decoding step new shapes, a Dynamo recompile (with symbolic shapes) and a new XLA program. With buckets, calls whose
+`max_length` falls in one bucket share one compiled decoding step. The positions past a call's length are masked
+out of attention, as HF's own `max_cache_len=` does. A caller's `max_cache_len=` is kept.
+
 Nothing here imports transformers: the patch is applied when `transformers.generation.utils` is imported.
 """
 
@@ -18,6 +25,8 @@ import os
 import sys
 
 ENV = "TPUTOOL_HF_STATIC_CACHE"
+MIN_BUCKET = 64
+"""The smallest static cache length chosen for a tpu generate() (smaller lengths round up to it)."""
 _MODULE = "transformers.generation.utils"
 
 
@@ -49,11 +58,25 @@ def _patch(mod) -> None:
                 and generation_config.use_cache is not False and getattr(self, "device", None) is not None
                 and self.device.type == "tpu" and not self.config.is_encoder_decoder):
             generation_config.cache_implementation = "static"  # this call's copy of the config
+            # (a transformers without the `max_cache_len` field sizes the cache per call, as before)
+            if (hasattr(generation_config, "max_cache_len") and generation_config.max_cache_len is None
+                    and generation_config.max_length is not None):
+                limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
+                generation_config.max_cache_len = cache_bucket(generation_config.max_length, limit)
         return original(self, generation_config, model_kwargs, *args, **kwargs)
 
     _prepare_cache_for_generation._tputool = True
     _prepare_cache_for_generation.__wrapped__ = original
     cls._prepare_cache_for_generation = _prepare_cache_for_generation
+
+
+def cache_bucket(max_length: int, limit: int | None = None) -> int:
+    """The static KV cache length for a generation of `max_length` tokens: the next power of two, at least
+    MIN_BUCKET, capped at `limit` (the model's positions) unless `max_length` itself is longer."""
+    bucket = max(MIN_BUCKET, 1 << max(0, int(max_length) - 1).bit_length())
+    if limit is not None and limit > 0:
+        bucket = min(bucket, max(int(limit), int(max_length)))
+    return max(bucket, int(max_length))
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -37,22 +37,26 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
         return source, []
     tree = parse_ast(source)
     index = build_index(source, RELEVANT_ROOTS, tree)
+    masked = imports = None
     if tree is not None and index.exact:
         masked = mask(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
         if masked is not None:
-            try:
-                done = _port(masked.text, path, settings, index, top_imports(tree, masked.lines), whole=False)
-            except cst.ParserSyntaxError:
-                done = None
-            if done is not None:
-                new_text, findings = done
-                findings = [f if f.line == (n := masked.line(f.line)) else dataclasses.replace(f, line=n)
-                            for f in findings]
-                if new_text is masked.text:
-                    return source, findings
-                restored = masked.unmask(new_text)
-                if restored is not None:
-                    return restored, findings
+            imports = top_imports(tree, masked.lines)
+    del tree  # the ast is not needed any more: libcst's tree is what peaks (memory per MB of source)
+    if masked is not None:
+        try:
+            done = _port(masked.text, path, settings, index, imports, whole=False)
+        except cst.ParserSyntaxError:
+            done = None
+        if done is not None:
+            new_text, findings = done
+            findings = [f if f.line == (n := masked.line(f.line)) else dataclasses.replace(f, line=n)
+                        for f in findings]
+            if new_text is masked.text:
+                return source, findings
+            restored = masked.unmask(new_text)
+            if restored is not None:
+                return restored, findings
     done = _port(source, path, settings, index, None, whole=True)
     assert done is not None
     return done
