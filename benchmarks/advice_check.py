@@ -10,7 +10,7 @@ Each DIR is an extracted training repository of the development set (nothing of 
 SCRIPT is the entry point inside DIR (run from DIR, with DIR on the import path); ARGS (space-separated) are passed
 to it. For each one the benchmark copies DIR to a temporary directory, runs `tputool port --write` there, runs
 `tputool diagnose --format json --max-steps N` on the ported script and takes the first advice (the first problem
-of the verdict, else the first costed note) and its predicted saving (`cost_ms_per_step`). Then it applies the
+of the verdict; with none, the TPU813 note that compiling gains nothing) and its predicted saving (`cost_ms_per_step`). Then it applies the
 advice, where it has an edit for it:
 
   TPU813  (run the step under torch.compile) as the advice's fix says: right after the statement that builds the
@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tputool.diagnose.cost import COMPILE_NOTE_FRACTION as NO_GAIN_FRACTION
 
 _CLI = [sys.executable, "-m", "tputool"]
 
@@ -99,11 +101,11 @@ def diagnose(workdir: Path, script: str, args: list[str], steps: int) -> dict:
 
 
 def first_advice(doc: dict) -> dict | None:
-    """The verdict's first problem (a runtime warning or error), else the first runtime note with a cost."""
+    """The verdict's first problem (a runtime warning or error); with none, the compiled-step note (TPU813 "no
+    gain measured"), whose claim is checked the same way; None when there is neither."""
     runtime = [f for f in doc.get("findings", []) if f["source"] == "runtime" and f["code"] not in ("TPU810", "TPU811")]
     problems = [f for f in runtime if f["severity"] in ("warning", "error")]
-    noted = [f for f in runtime if f.get("cost_ms_per_step") is not None]
-    return (problems or noted or [None])[0]
+    return (problems or [f for f in runtime if f["code"] == "TPU813"] or [None])[0]
 
 
 def _builds(tree: ast.AST, classes: set[str]) -> list[ast.Assign]:
@@ -204,11 +206,15 @@ def check(spec: str, steps: int, rounds: int, unsafe: bool) -> None:
         print(f"  measured:  {_ms(ma)} -> {_ms(mb)} ms/step, saving {_ms(ma - mb)} ms ({(ma - mb) / ma:.0%}); "
               f"median of {rounds} interleaved rounds of {steps} steps: before {[round(x, 1) for x in a]}, "
               f"after {[round(x, 1) for x in b]}")
-        largest = all((f.get("cost_ms_per_step") or 0) < ma - mb for f in others)
-        print(f"  first advice the largest measured saving: {'yes' if largest else 'no'} (the only finding with an "
-              "edit here; every other finding's predicted cost is below its measured saving)" if largest else
-              f"  first advice the largest measured saving: no (measured {_ms(ma - mb)} ms; another finding is "
-              "predicted to cost more)")
+        if advice["severity"] == "info":  # the note that compiling gains nothing: does the measurement agree?
+            gain = (ma - mb) / ma
+            print(f"  no-gain note {'confirmed' if gain < NO_GAIN_FRACTION else 'contradicted'}: measured saving "
+                  f"{gain:.0%} of the step (the note's threshold: {NO_GAIN_FRACTION:.0%})")
+            return
+        above = [f["code"] for f in others if (f.get("cost_ms_per_step") or 0) >= ma - mb]
+        print("  largest saving: " + (f"no, {', '.join(above)} predicted to cost more than this measured saving"
+                                      if above else "yes (the only finding with an edit here; every other finding's "
+                                      "predicted cost is below this measured saving)"))
 
 
 def main() -> None:
