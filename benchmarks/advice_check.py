@@ -199,17 +199,20 @@ def check(spec: str, steps: int, rounds: int, unsafe: bool) -> None:
             a.append(step_ms(before, script, args, steps))
             b.append(step_ms(after, script, args, steps))
         ma, mb = statistics.median(a), statistics.median(b)
+        paired = [x - y for x, y in zip(a, b, strict=True)]  # each round's saving
+        noise = statistics.median(abs(d - statistics.median(paired)) for d in paired)
         eager, comp = advice["extra"]["eager_ms"], advice["extra"]["compiled_ms"]
         pred = eager - comp
         print(f"  predicted: {_ms(eager)} -> {_ms(comp)} ms/step, saving {_ms(pred)} ms ({pred / eager:.0%}); "
               f"ranked cost {_ms(advice['cost_ms_per_step'])} ms/step ({advice['cost_basis']})")
         print(f"  measured:  {_ms(ma)} -> {_ms(mb)} ms/step, saving {_ms(ma - mb)} ms ({(ma - mb) / ma:.0%}); "
               f"median of {rounds} interleaved rounds of {steps} steps: before {[round(x, 1) for x in a]}, "
-              f"after {[round(x, 1) for x in b]}")
+              f"after {[round(x, 1) for x in b]}; round-to-round spread of the saving +-{_ms(noise)} ms")
         if advice["severity"] == "info":  # the note that compiling gains nothing: does the measurement agree?
             gain = (ma - mb) / ma
-            print(f"  no-gain note {'confirmed' if gain < NO_GAIN_FRACTION else 'contradicted'}: measured saving "
-                  f"{gain:.0%} of the step (the note's threshold: {NO_GAIN_FRACTION:.0%})")
+            agrees = gain < NO_GAIN_FRACTION or ma - mb - noise < NO_GAIN_FRACTION * ma
+            print(f"  no-gain note {'confirmed' if agrees else 'contradicted'}: measured saving {gain:.0%} of the step, "
+                  f"+-{noise / ma:.0%} between rounds (the note's threshold: {NO_GAIN_FRACTION:.0%})")
             return
         above = [f["code"] for f in others if (f.get("cost_ms_per_step") or 0) >= ma - mb]
         print("  largest saving: " + (f"no, {', '.join(above)} predicted to cost more than this measured saving"
