@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -30,30 +31,23 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     libcst cannot parse; never raises on valid Python. Statements no rule can touch are hidden from
     libcst (see cold.py); the result is the same as porting the whole file, which is the fallback.
     """
-    from tputool.codemods.python.speed.cold import MARKER, Hider
+    from tputool.codemods.python.speed.cold import MARKER, mask
     from tputool.codemods.python.speed.names import build_index, parse_ast, top_imports
 
     if is_torchscript_code(source):
         return source, []
-    tree = parse_ast(source)
-    index = build_index(source, RELEVANT_ROOTS, tree)
-    masked = imports = windows = None
-    if tree is not None and index.exact and MARKER not in source:
-        hider = Hider(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
-        imports = top_imports(tree, hider.lines)
-        ranges = hider.windows(WINDOW_CHARS) if len(source) > WINDOW_CHARS else []
-        if len(ranges) > 1:
-            windows = [(r, hider.mask(r)) for r in ranges]
-        else:
-            masked = hider.mask()
-        del hider
-    del tree  # the ast is not needed any more: libcst's tree is what peaks (memory per MB of source)
-    if windows is not None:
-        done = _port_windows(source, windows, path, settings, index, imports)
-        del windows
+    if len(source) > WINDOW_CHARS and MARKER not in source:
+        done = _port_windows(source, path, settings)
         if done is not None:
             return done
-        masked = None  # a window needed the whole file: port it whole
+    tree = parse_ast(source)
+    index = build_index(source, RELEVANT_ROOTS, tree)
+    masked = imports = None
+    if tree is not None and index.exact:
+        masked = mask(source, tree, _MASK_TRIGGERS, _trigger_names(index.targets))
+        if masked is not None:
+            imports = top_imports(tree, masked.lines)
+    del tree  # the ast is not needed any more: libcst's tree is what peaks (memory per MB of source)
     if masked is not None:
         try:
             done = _port(masked.text, path, settings, index, imports, whole=False)
@@ -90,16 +84,67 @@ def is_torchscript_code(source: str) -> bool:
 WINDOW_CHARS = 128_000
 
 
-def _port_windows(source: str, windows: list, path: str, settings: Settings, index, imports
-                  ) -> tuple[str, list[Finding]] | None:
-    """Port `source` one window at a time (`windows`: (first, last line) and its Masked text); None when a
-    window cannot be ported apart from the rest (then the whole file is ported instead)."""
+def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list[Finding]] | None:
+    """Port `source` one window of module-level statements at a time (speed/windows.py), never holding a tree
+    of the whole file; None when it cannot be (then the caller ports the whole file)."""
+    from tputool.codemods.python.speed import windows as win
+    from tputool.codemods.python.speed.cold import Hider, line_starts, split_lines
+    from tputool.codemods.python.speed.names import IndexBuilder, import_bindings, import_levels
+
+    units = win.module_units(source)
+    if not units:
+        return None
+    lines = split_lines(source)
+    ranges = win.windows(units, line_starts(lines), WINDOW_CHARS)
+    if len(ranges) < 2:
+        return None
+
+    def window_ast(first: int, last: int):  # line numbers as in the file
+        try:
+            return ast.parse("\n" * (first - 1) + "".join(lines[first - 1:last]))
+        except (SyntaxError, ValueError):
+            return None
+
+    builder, levels = IndexBuilder(), []
+    for first, last, _ in ranges:
+        tree = window_ast(first, last)
+        if tree is None:
+            return None
+        builder.add(tree)
+        levels.append(import_levels(tree, lines))
+    del tree
+    index = builder.index(RELEVANT_ROOTS)
+    if not index.exact or builder.conflicts:  # scope analysis, or the first of two imports wins: whole file
+        return None
+    depth = max(map(len, levels))
+    imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
+    del levels
+    hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets))
+    lines = hider.lines  # (the same lines: keep one copy)
+    masks = []
+    for k, (first, last, _) in enumerate(ranges):
+        hidden = []
+        if k:
+            hidden.append((units[0][0], first - 1))
+        if k + 1 < len(ranges):
+            hidden.append((units[ranges[k + 1][2]][0], units[-1][1]))
+        tree = window_ast(first, last)
+        if tree is None:
+            return None
+        masks.append(hider.mask(tree.body, hidden))
+        del tree
+    del hider
+    return _port_masks(source, list(zip(((f, la) for f, la, _ in ranges), masks, strict=True)), path, settings,
+                       index, imports)
+
+
+def _port_masks(source: str, windows: list, path: str, settings: Settings, index, imports
+                ) -> tuple[str, list[Finding]] | None:
+    """Port each window's masked text (`windows`: ((first, last line), Masked)) and join the results."""
     import gc
 
     from tputool.codemods.python.speed.windows import gather
 
-    if any(masked is None for _, masked in windows):
-        return None
     try:
         facts = gather(source, (masked.text for _, masked in windows), index)
     except cst.ParserSyntaxError:

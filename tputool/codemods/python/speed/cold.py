@@ -96,40 +96,25 @@ def mask(source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[
     """
     if MARKER in source:
         return None
-    return Hider(source, tree, triggers, names).mask()
+    return Hider(source, triggers, names).mask(tree.body)
 
 
 class Hider:
-    """What is hot in one file, found once; `mask()` hides its cold statements, and with `window` also every
-    module-level statement outside that window (so a large file can be rewritten a window at a time)."""
+    """What is hot in one file, found once; `mask()` hides the cold statements of a statement list (the file's,
+    or one window's when a large file is rewritten a window at a time) and any line spans it is given."""
 
-    def __init__(self, source: str, tree: ast.Module, triggers: MaskTriggers, names: Iterable[str] = ()) -> None:
+    def __init__(self, source: str, triggers: MaskTriggers, names: Iterable[str] = ()) -> None:
         self.lines = split_lines(source)
         self.starts = line_starts(self.lines)
         self.hot = hot_lines(source, self.starts, triggers.substrings, (*triggers.words, *names))
         self.dim = hot_lines(source, self.starts, (), triggers.digit_words) if triggers.digit_words else None
-        self.tree = tree
 
-    def windows(self, budget: int) -> list[tuple[int, int]]:
-        """Consecutive 1-based line ranges covering the file, each ending where a module-level statement ends
-        and holding about `budget` characters (more where one statement is larger)."""
-        out: list[tuple[int, int]] = []
-        first = 1
-        for unit in _units(self.tree.body):
-            last = unit[-1].end_lineno
-            if self.starts[last] - self.starts[first - 1] >= budget:
-                out.append((first, last))
-                first = last + 1
-        if first <= len(self.lines):
-            out.append((first, len(self.lines)))
-        return out
-
-    def mask(self, window: tuple[int, int] | None = None) -> Masked | None:
-        """The file with its cold statements (and, given a window, the module-level statements outside it)
-        replaced by markers; None when nothing is hidden or a statement to hide does not start its line."""
-        plan = _Planner(self.lines, self.hot, self.dim, window)
-        if not plan.block(self.tree.body):
-            return None
+    def mask(self, body: list[ast.stmt], hidden: Iterable[tuple[int, int]] = ()) -> Masked | None:
+        """The file with the cold statements of `body` and the 1-based line spans `hidden` (first, last) replaced
+        by markers; None when nothing is hidden."""
+        plan = _Planner(self.lines, self.hot, self.dim)
+        plan.block(body)
+        plan.spans += [(first - 1, last - first + 1) for first, last in hidden]
         if not plan.spans:
             return None
         lines = self.lines
@@ -141,8 +126,8 @@ class Hider:
         for n, (first, count) in enumerate(sorted(plan.spans)):
             out.extend(lines[pos:first])
             line = lines[first]
-            body = line.rstrip("\r\n")
-            indent = body[:len(body) - len(body.lstrip(" \t\f"))]
+            body_text = line.rstrip("\r\n")
+            indent = body_text[:len(body_text) - len(body_text.lstrip(" \t\f"))]
             last = lines[first + count - 1]
             name = f"{MARKER}{n}__"
             marker = indent + name + (last[len(last.rstrip("\r\n")):] or "\n")
@@ -174,9 +159,8 @@ def _first_line(stmt: ast.stmt) -> int:
 class _Planner:
     """Chooses the line spans to hide: runs of cold sibling statements that each start their own line."""
 
-    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None,
-                 window: tuple[int, int] | None = None) -> None:
-        self.lines, self.hot, self.dim, self.window = lines, hot, dim, window
+    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None) -> None:
+        self.lines, self.hot, self.dim = lines, hot, dim
         self.spans: list[tuple[int, int]] = []  # (first line index, line count), ascending
 
     def is_hot(self, first: int, last: int) -> bool:
@@ -196,16 +180,12 @@ class _Planner:
             return text[lead:lead + 1] == "@"
         return lead == stmt.col_offset and text[:lead].isascii()
 
-    def block(self, body: list[ast.stmt], top: bool = True) -> bool:
-        """Plan one statement list: statements sharing a line (`a = 1; b = 2`) go together. At module level
-        (`top`) a statement outside the window is hidden too; False when one of those cannot be."""
+    def block(self, body: list[ast.stmt]) -> None:
+        """Plan one statement list: statements sharing a line (`a = 1; b = 2`) go together."""
         run: tuple[int, int] | None = None  # the open span of cold siblings (1-based first, last line)
         for unit in _units(body):
             first, last = _first_line(unit[0]), unit[-1].end_lineno
-            outside = top and self.window is not None and not (self.window[0] <= first and last <= self.window[1])
-            if outside and not self.starts_line(unit[0]):
-                return False
-            if outside or (not self.is_hot(first, last) and self.starts_line(unit[0])):
+            if not self.is_hot(first, last) and self.starts_line(unit[0]):
                 run = (run[0], last) if run is not None else (first, last)
             else:
                 self._close(run)
@@ -214,7 +194,6 @@ class _Planner:
                     for stmt in unit:
                         self.children(stmt)
         self._close(run)
-        return True
 
     def _close(self, run: tuple[int, int] | None) -> None:
         if run is not None:
@@ -232,8 +211,8 @@ class _Planner:
                 if text[inner.col_offset:inner.col_offset + 4] == "elif" or not text.lstrip().startswith("if"):
                     self.children(inner)
                     continue
-            self.block(block, top=False)
+            self.block(block)
         for handler in getattr(stmt, "handlers", ()):
-            self.block(handler.body, top=False)
+            self.block(handler.body)
         for case in getattr(stmt, "cases", ()):
-            self.block(case.body, top=False)
+            self.block(case.body)

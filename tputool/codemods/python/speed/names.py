@@ -32,45 +32,63 @@ def build_index(source: str, relevant: frozenset[str] = frozenset(), tree: ast.M
         tree = parse_ast(source)
         if tree is None:  # libcst accepted it (e.g. a newer grammar): be exact the slow way
             return ImportIndex({}, exact=False)
-    targets: dict[str, str] = {}
-    bound: set[str] = set()
-    conflicts: set[str] = set()
-    exact = True
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    _bind(targets, conflicts, a.asname, a.name)
-                else:
-                    root = a.name.split(".")[0]
-                    _bind(targets, conflicts, root, root)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level or node.module is None:
+    builder = IndexBuilder()
+    builder.add(tree)
+    return builder.index(relevant)
+
+
+class IndexBuilder:
+    """build_index() over a file given in pieces (the ast of each window of a large file, in order)."""
+
+    def __init__(self) -> None:
+        self.targets: dict[str, str] = {}
+        self.bound: set[str] = set()
+        self.conflicts: set[str] = set()  # names imported with two meanings (which one wins depends on order)
+        self.star_modules: list[str] = []
+
+    def add(self, tree: ast.AST) -> None:
+        """Take in the imports and bindings of one piece."""
+        targets, bound, conflicts = self.targets, self.bound, self.conflicts
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
                 for a in node.names:
-                    bound.add(a.asname or a.name)  # relative import: a local module, not a library
-                continue
-            for a in node.names:
-                if a.name == "*":
-                    exact &= not _matters(node.module, relevant)
+                    if a.asname:
+                        _bind(targets, conflicts, a.asname, a.name)
+                    else:
+                        root = a.name.split(".")[0]
+                        _bind(targets, conflicts, root, root)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level or node.module is None:
+                    for a in node.names:
+                        bound.add(a.asname or a.name)  # relative import: a local module, not a library
                     continue
-                _bind(targets, conflicts, a.asname or a.name, f"{node.module}.{a.name}")
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            bound.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            bound.update(node.names)
-        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
-    if "torch" in bound or any(_matters(targets[n], relevant) for n in bound & targets.keys()):
-        exact = False
-    return ImportIndex(targets, exact and not (conflicts & relevant_names(targets, relevant)))
+                for a in node.names:
+                    if a.name == "*":
+                        self.star_modules.append(node.module)
+                        continue
+                    _bind(targets, conflicts, a.asname or a.name, f"{node.module}.{a.name}")
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+                bound.add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                bound.update(node.names)
+            elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
+
+    def index(self, relevant: frozenset[str] = frozenset()) -> ImportIndex:
+        """The index of everything added (see build_index)."""
+        targets, bound = self.targets, self.bound
+        exact = not any(_matters(m, relevant) for m in self.star_modules)
+        if "torch" in bound or any(_matters(targets[n], relevant) for n in bound & targets.keys()):
+            exact = False
+        return ImportIndex(targets, exact and not (self.conflicts & relevant_names(targets, relevant)))
 
 
 def parse_ast(source: str) -> ast.Module | None:
@@ -137,25 +155,32 @@ def top_imports(tree: ast.Module, lines: list[str]) -> tuple[str | None, Binding
     """import_bindings() of the imports at module level and in the indented bodies of module-level if/try
     blocks (and their except handlers), read from the ast. `lines` are the source lines (to tell an
     indented body from a one-line `if x: import y`)."""
-    return import_bindings(_ast_imports(tree, lines))
+    return import_bindings(entry for level in import_levels(tree, lines) for entry in level)
 
 
-def _ast_imports(tree: ast.Module, lines: list[str]):
-    queue: list[ast.stmt] = list(tree.body)
-    while queue:
-        stmt = queue.pop(0)
-        if isinstance(stmt, ast.Import):
-            for a in stmt.names:
-                yield a.name, None, a.asname
-        elif isinstance(stmt, ast.ImportFrom):
-            if stmt.level or stmt.module is None or any(a.name == "*" for a in stmt.names):
-                continue
-            for a in stmt.names:
-                yield stmt.module, a.name, a.asname
-        elif isinstance(stmt, ast.If | ast.Try):
-            for body in (stmt.body, *(h.body for h in getattr(stmt, "handlers", ()))):
-                if _indented(body[0], lines):
-                    queue.extend(body)
+def import_levels(tree: ast.Module, lines: list[str]) -> list[list[ImportEntry]]:
+    """The import entries top_imports() reads, by nesting level (module level first; then the bodies of
+    module-level if/try blocks, ...), each level in file order. For a file given in windows, joining each
+    level over the windows, in order, gives the whole file's levels."""
+    levels: list[list[ImportEntry]] = []
+    stmts: list[ast.stmt] = list(tree.body)
+    while stmts:
+        entries: list[ImportEntry] = []
+        nested: list[ast.stmt] = []
+        for stmt in stmts:
+            if isinstance(stmt, ast.Import):
+                entries += [(a.name, None, a.asname) for a in stmt.names]
+            elif isinstance(stmt, ast.ImportFrom):
+                if stmt.level or stmt.module is None or any(a.name == "*" for a in stmt.names):
+                    continue
+                entries += [(stmt.module, a.name, a.asname) for a in stmt.names]
+            elif isinstance(stmt, ast.If | ast.Try):
+                for body in (stmt.body, *(h.body for h in getattr(stmt, "handlers", ()))):
+                    if _indented(body[0], lines):
+                        nested.extend(body)
+        levels.append(entries)
+        stmts = nested
+    return levels
 
 
 def _indented(stmt: ast.stmt, lines: list[str]) -> bool:

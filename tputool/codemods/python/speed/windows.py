@@ -1,4 +1,8 @@
-"""What the rules read about a whole file, gathered one window at a time (for porting a large file in windows).
+"""Porting a large file a window at a time, never holding a tree of the whole file.
+
+`module_units()` finds the file's module-level statements by tokenizing it (no tree), `windows()` groups them
+into windows of about a given size. Each window is parsed on its own (ast, then libcst) with everything
+outside it hidden like a cold statement (cold.py), so memory follows the window, not the file.
 
 A few rules decide on facts of the whole file: its text (does it name the tpu device, an accelerator, float32
 buffers), its optional imports, whether it sets a CUDA default tensor type, the names it assigns from a device
@@ -10,12 +14,73 @@ window's transformer, so a window decides as the whole file would.
 from __future__ import annotations
 
 import gc
+import io
+import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from tputool.codemods.python.speed.names import ImportIndex
+
+# A module-level line starting with one of these continues the statement before it.
+_CLAUSES = frozenset({"else", "elif", "except", "finally"})
+_SKIP = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE,
+                   tokenize.ENDMARKER})
+
+
+def module_units(source: str) -> list[tuple[int, int]] | None:
+    """1-based (first, last) lines of each module-level statement (a decorated definition from its first
+    decorator, a compound statement with its else/except/finally clauses, `a = 1; b = 2` as one), found by
+    tokenizing; None when the tokenizer refuses the text."""
+    units: list[tuple[int, int]] = []
+    first = last = 0
+    depth = 0
+    at_start = True
+    decorated = False
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = tok.type
+            if kind == tokenize.INDENT:
+                depth += 1
+            elif kind == tokenize.DEDENT:
+                depth -= 1
+            elif kind == tokenize.NEWLINE:
+                at_start = True
+            if kind in _SKIP:
+                continue
+            if at_start and depth == 0:
+                starts_unit = not decorated and not (kind == tokenize.NAME and tok.string in _CLAUSES)
+                if starts_unit:
+                    if first:
+                        units.append((first, last))
+                    first = tok.start[0]
+                decorated = kind == tokenize.OP and tok.string == "@"
+            at_start = False
+            last = tok.end[0]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    if first:
+        units.append((first, last))
+    return units
+
+
+def windows(units: list[tuple[int, int]], starts: list[int], budget: int) -> list[tuple[int, int, int]]:
+    """Consecutive 1-based line ranges (first, last) covering the file (`starts`: each line's offset, and the
+    length at the end), each ending where a module-level statement ends and holding about `budget`
+    characters (more where one statement is larger); with each, the index of its first unit."""
+    out: list[tuple[int, int, int]] = []
+    first, unit0 = 1, 0
+    for k, (_, last) in enumerate(units):
+        if starts[last] - starts[first - 1] >= budget:
+            out.append((first, last, unit0))
+            first, unit0 = last + 1, k + 1
+    n_lines = len(starts) - 1
+    if unit0 < len(units):
+        out.append((first, n_lines, unit0))
+    elif out:
+        out[-1] = (out[-1][0], n_lines, out[-1][2])
+    return out
 
 
 @dataclass
