@@ -141,9 +141,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
 def _port_masks(source: str, windows: list, path: str, settings: Settings, index, imports
                 ) -> tuple[str, list[Finding]] | None:
     """Port each window's masked text (`windows`: ((first, last line), Masked)) and join the results."""
-    import gc
-
-    from tputool.codemods.python.speed.windows import gather
+    from tputool.codemods.python.speed.windows import Collector, gather
 
     try:
         facts = gather(source, (masked.text for _, masked in windows), index)
@@ -152,13 +150,14 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
     pieces: list[str] = []
     findings: list[Finding] = []
     begin = 0  # characters before the window (the windows follow each other from the first line)
+    collector = Collector()
     for (first, last), masked in windows:
         own = "".join(masked.lines[first - 1:last])
         try:
             done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts)
         except cst.ParserSyntaxError:
             return None
-        gc.collect()  # free this window's libcst tree before the next is parsed
+        collector.parsed(len(own))
         if done is None:
             return None
         new_text, found = done

@@ -116,6 +116,26 @@ class _Names:
         return PortBase.qname(self, node)  # type: ignore[arg-type]
 
 
+# Parsed windows' libcst trees hold reference cycles: a full collection frees them before the next window grows
+# the heap. It traverses every object the process holds (seconds in a large one), so it runs once per this many
+# characters parsed (about once per full window), not once per tiny one.
+COLLECT_CHARS = 64_000
+
+
+class Collector:
+    """Runs a full garbage collection once per COLLECT_CHARS characters of windows parsed."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+
+    def parsed(self, chars: int) -> None:
+        """Count `chars` characters parsed; collect when they add up to COLLECT_CHARS."""
+        self.chars += chars
+        if self.chars >= COLLECT_CHARS:
+            gc.collect()
+            self.chars = 0
+
+
 def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> FileFacts:
     """The facts of the file `source`, read from the masked text of each of its windows (parsed one at a time)."""
     from tputool.codemods.python.api import sets_cuda_default, stores_float32_buffers
@@ -127,12 +147,13 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
     optional: set[str] = set()
     sets_default = False
     assigns: list = []
+    collector = Collector()
     for window in window_texts:
         module = cst.parse_module(window)
         optional |= optional_names(module)
         sets_default = sets_default or sets_cuda_default(names, module)
         assigns += device_assigns(module)
         del module
-        gc.collect()
+        collector.parsed(len(window))
     return FileFacts(text, stores_float32_buffers(text), frozenset(optional), sets_default,
                      names_from_assigns(assigns))
