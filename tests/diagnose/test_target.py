@@ -234,6 +234,42 @@ def test_fsdp2_ranks_map_onto_the_slice_and_the_peak_is_per_chip(tmp_path):
     assert t["fits"] is True and 16 * p > t["hbm_bytes_per_chip"]  # (replicated, it could not)
 
 
+TP = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+dist.init_process_group(backend="tpu")
+mesh = init_device_mesh("tpu", (4,))
+w = 8192
+with torch.device("tpu"):
+    model = nn.Sequential(nn.Linear(w, 4 * w), nn.GELU(), nn.Linear(4 * w, w))
+parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_dtensor_tensor_parallel_ranks_hold_their_shards(tmp_path):
+    """DTensor used directly (tensor parallelism over a 4-chip mesh): each chip holds a quarter of both weights and
+    of the first bias, the whole second bias (RowwiseParallel replicates it), AdamW's two moments of each."""
+    from tputool.diagnose.target import check_target
+
+    t = check_target(_write(tmp_path, TP), [], "v5e-4")
+    w = 8192
+    per_chip = 4 * (2 * w * w + w + w)  # fp32: two (w*w) weight shards, the first bias's shard, the second bias
+    assert t["world"] == 4 and t["error"] is None and t["failed"] == []
+    live = t["live_bytes_per_chip"]
+    assert live["parameters"] == per_chip and live["optimizer_state"] == 2 * per_chip
+    assert 4 * per_chip <= t["peak_bytes_per_chip"] <= 4 * per_chip + (512 << 20)  # + gradients, activations
+
+
 FFT64 = """\
 import torch
 

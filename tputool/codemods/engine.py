@@ -397,9 +397,10 @@ def _in_pool(pending: list[Job], n_workers: int, ctx: multiprocessing.context.Ba
                         done(r)
                 tick()
         except BaseException:
-            for f in futs:
-                f.cancel()
+            # Ctrl-C: do not wait for the chunks in flight. The futures are not cancelled: the pool, finding its
+            # workers gone, fails every pending one itself (on Python 3.11 it raises in its own thread when one
+            # of them was cancelled first).
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.terminate()  # Ctrl-C: do not wait for the chunks in flight
-            pool.shutdown(wait=True, cancel_futures=True)
+                proc.terminate()
+            pool.shutdown(wait=True)
             raise
