@@ -50,6 +50,9 @@ TRICKY = [
     # every name a rule's table holds is a trigger (CUBLAS_WORKSPACE_CONFIG holds neither CUDA nor NCCL)
     "import os\nimport torch\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'\n\ndef f():\n    return 1\n",
     # word triggers: items/sorted are not item/sort
+    # a name imported twice: with no torch meaning it does not matter; with one, which import wins depends on the use
+    "import torch\nfrom typing import Any\n\ndef f(x: Any):\n    return x.cuda()\n\nfrom collections.abc import Any\ny = torch.zeros(2).cuda()\n",
+    "from numpy import device\n\ndef f():\n    return device('cuda')\n\nfrom torch import device\nx = device('cuda')\n",
     "import torch\nfor k, v in d.items():\n    print(sorted(v))\nfor x in xs:\n    y = x.item()\n",
 ]
 
@@ -154,3 +157,13 @@ def test_a_window_needing_the_whole_file_falls_back(tiny_windows) -> None:
     src = "import torch\nfrom torch.cuda.amp import autocast\n\ndef f():\n    pass\n\nwith autocast():\n    y = 1\n"
     assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
     assert tiny_windows == [False]
+
+
+def test_a_name_imported_twice_without_a_torch_meaning_still_ports_in_windows(tiny_windows) -> None:
+    src = ("import torch\nfrom typing import Any\n\ndef f(x: Any):\n    return x.cuda()\n\n"
+           "from collections.abc import Any\ny = torch.zeros(2).cuda()\n")
+    assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
+    assert tiny_windows[-1] is True
+    src = src.replace("from collections.abc import Any", "from torch import Any")  # a torch meaning: whole file
+    assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
+    assert tiny_windows[-1] is False

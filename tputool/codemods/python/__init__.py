@@ -114,7 +114,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
         levels.append(import_levels(tree, lines))
     del tree
     index = builder.index(RELEVANT_ROOTS)
-    if not index.exact or builder.conflicts:  # scope analysis, or the first of two imports wins: whole file
+    if not index.exact:  # scope analysis, or a relevant name imported twice: the whole file
         return None
     depth = max(map(len, levels))
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])

@@ -43,7 +43,7 @@ class IndexBuilder:
     def __init__(self) -> None:
         self.targets: dict[str, str] = {}
         self.bound: set[str] = set()
-        self.conflicts: set[str] = set()  # names imported with two meanings (which one wins depends on order)
+        self.conflicts: dict[str, set[str]] = {}  # name -> its meanings, for a name imported with two or more
         self.star_modules: list[str] = []
 
     def add(self, tree: ast.AST) -> None:
@@ -88,7 +88,9 @@ class IndexBuilder:
         exact = not any(_matters(m, relevant) for m in self.star_modules)
         if "torch" in bound or any(_matters(targets[n], relevant) for n in bound & targets.keys()):
             exact = False
-        return ImportIndex(targets, exact and not (self.conflicts & relevant_names(targets, relevant)))
+        # which of two imports of a name wins depends on where a use is: exact only if no meaning is relevant
+        clash = any(_matters(t, relevant) for meanings in self.conflicts.values() for t in meanings)
+        return ImportIndex(targets, exact and not clash)
 
 
 def parse_ast(source: str) -> ast.Module | None:
@@ -103,16 +105,11 @@ def _matters(target: str, relevant: frozenset[str]) -> bool:
     return not relevant or target.split(".")[0] in relevant
 
 
-def relevant_names(targets: dict[str, str], relevant: frozenset[str]) -> set[str]:
-    """Bound names whose import target is in a relevant package."""
-    return {n for n, t in targets.items() if _matters(t, relevant)}
-
-
-def _bind(targets: dict[str, str], conflicts: set[str], name: str, target: str) -> None:
+def _bind(targets: dict[str, str], conflicts: dict[str, set[str]], name: str, target: str) -> None:
     """Record an import binding (the first one wins); a name imported with two meanings goes to `conflicts`."""
     old = targets.setdefault(name, target)
     if old != target:
-        conflicts.add(name)
+        conflicts.setdefault(name, {old}).add(target)
 
 
 def resolve(index: ImportIndex, dotted: str) -> str | None:
