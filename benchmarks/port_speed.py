@@ -169,7 +169,7 @@ def big_file(base: Path, megabytes: float) -> Path:
     """
     import ast
 
-    from tputool.codemods.python.speed.names import build_index, relevant_names
+    from tputool.codemods.python.speed.names import IndexBuilder
     from tputool.codemods.python.tables import RELEVANT_ROOTS
 
     out, n = ["import torch as _bench_torch\n"], 0
@@ -181,11 +181,11 @@ def big_file(base: Path, megabytes: float) -> Path:
             tree = ast.parse(text)
         except SyntaxError:
             continue
-        index = build_index(text, RELEVANT_ROOTS, tree)
-        names = _bound_names(tree)
-        imported = relevant_names(index.targets, RELEVANT_ROOTS)
-        if (not index.exact or "torch" in names or imported & bound or names & set(targets)
-                or any(targets.get(k, v) != v for k, v in index.targets.items())):
+        one = IndexBuilder()
+        one.add(tree)
+        index, names = one.index(RELEVANT_ROOTS), one.bound
+        if (not index.exact or one.conflicts or "torch" in names or set(index.targets) & bound
+                or names & set(targets) or any(targets.get(k, v) != v for k, v in index.targets.items())):
             continue
         targets.update(index.targets)
         bound |= names
@@ -209,28 +209,6 @@ def hot_file(base: Path, megabytes: float) -> Path:
     path = base / f"hot_{megabytes:g}mb.py"
     path.write_text("".join(out), encoding="utf-8")
     return path
-
-
-def _bound_names(tree) -> set[str]:
-    """Names a module binds other than by an import of a library (definitions, assignments, arguments, relative
-    imports), as names.build_index counts them."""
-    import ast
-
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            out.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            out.add(node.name)
-        elif isinstance(node, ast.arg):
-            out.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            out.add(node.name)
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            out.update(node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.level or node.module is None):
-            out.update(a.asname or a.name for a in node.names)
-    return out
 
 
 def peak_bytes(mode: str, path: Path) -> tuple[int, str]:
