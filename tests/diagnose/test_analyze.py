@@ -403,3 +403,14 @@ def test_steady_state_recompiles_cost_is_measured_from_late_compile_seconds():
     cost.attach(found, rec)
     (f,) = [f for f in found if f.code == "TPU808"]
     assert f.extra["cost_basis"] == "measured" and f.extra["cost_ms"] == pytest.approx(200.0)
+
+
+def test_an_inference_loops_costs_are_per_call():
+    from tputool.diagnose import cost
+
+    rec = _rec(steps=0, loop="calls", calls=10, devices=["tpu"], step_s=[2.0] + [0.08] * 9,
+               host_syncs=[_sync(device="tpu", count=10, steps_seen=10)])
+    found = findings_from_record(rec)
+    cost.attach(found, rec)
+    rep = Report("/u/infer.py", "ok", 0, 0, 1.0, found, loop="calls")
+    assert ": ~0.1 ms/call, estimated (" in verdict(rep) and "ms/step" not in verdict(rep)

@@ -89,14 +89,15 @@ def _ms(s: float) -> str:
     return f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}" if ms >= 1 else f"{ms:.2g}"
 
 
-def figure(f: Finding) -> str | None:
-    """The finding's per-step cost in words ("~0.4 ms/step, estimated"), or None when it has none."""
+def figure(f: Finding, unit: str = "step") -> str | None:
+    """The finding's cost per step (or per `unit`: "call" for a loop of model calls) in words ("~0.4 ms/step,
+    estimated"), or None when it has none."""
     ms = f.extra.get("cost_ms")
     if ms is None:
         return None
     if f.code == "TPU813":
-        return f"~{_ms(f.extra['eager_ms'] / 1000)} -> ~{_ms(f.extra['compiled_ms'] / 1000)} ms per step, measured"
-    return f"~{_ms(ms / 1000)} ms/step, {f.extra['cost_basis']}"
+        return f"~{_ms(f.extra['eager_ms'] / 1000)} -> ~{_ms(f.extra['compiled_ms'] / 1000)} ms per {unit}, measured"
+    return f"~{_ms(ms / 1000)} ms/{unit}, {f.extra['cost_basis']}"
 
 
 def rank_key(f: Finding) -> float:

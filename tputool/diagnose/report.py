@@ -61,12 +61,17 @@ def _where(f: Finding) -> str:
     return f"{display_path(f.path)}:{f.line}" if f.line else display_path(f.path)
 
 
-def _label(f: Finding) -> str:
+def _unit(report: Report) -> str:
+    """What the run's figures are per: a model call for a loop without an optimizer, else a step."""
+    return "call" if report.loop == "calls" else "step"
+
+
+def _label(f: Finding, unit: str) -> str:
     from tputool.diagnose.cost import figure
 
     title = f.extra.get("title") if f.source == "static" else None
     title = title or (BY_CODE[f.code].message if f.code in BY_CODE else f.name)
-    cost = figure(f)
+    cost = figure(f, unit)
     return f"{title}: {cost} ({_where(f)})" if cost else f"{title} ({_where(f)})"
 
 
@@ -95,7 +100,7 @@ def verdict(report: Report) -> str:
     if unseen:
         tail += f" ({unseen} static finding{'s' * (unseen != 1)} not seen at runtime)"
     n = len(problems)
-    top = "; ".join(_label(f) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
+    top = "; ".join(_label(f, _unit(report)) for f in problems[:3]) + ("; ..." if len(problems) > 3 else "")
     head = _ending(report)
     if head is not None:
         if problems:
@@ -119,7 +124,7 @@ def _run_line(report: Report) -> str:
     accel = [d for d in report.devices if d != "cpu"] or report.devices
     devices = f" on {', '.join(accel)}" if accel else ""
     secs = f" in {report.wall_s:.1f} s" if report.wall_s is not None else ""
-    unit = "call" if report.loop == "calls" else "step"
+    unit = _unit(report)
     step = f" ({report.step_s * 1000:.1f} ms/{unit} in steady state)" if report.step_s is not None else ""
     if report.loop == "calls":
         ran = f"ran {report.calls} model call{'s' * (report.calls != 1)} (no optimizer step)"
@@ -130,7 +135,7 @@ def _run_line(report: Report) -> str:
 
 def _programs_line(report: Report) -> str | None:
     """The device-program figures of a tpu run: XLA compiles before the first step, launches per steady step."""
-    unit = "call" if report.loop == "calls" else "step"
+    unit = _unit(report)
     parts = []
     if report.first_compiles is not None:
         parts.append(f"{report.first_compiles} XLA program{'s' * (report.first_compiles != 1)} compiled before "
@@ -180,7 +185,7 @@ def render_text(report: Report, console: object) -> None:
     groups = [(_HEADINGS[sev], _STYLE[sev], [f for f in findings if f.severity == sev])
               for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO)]
     groups.append(("STATIC, NOT SEEN AT RUNTIME", "dim", sort_findings(unseen)))
-    unit = "call" if report.loop == "calls" else "step"
+    unit = _unit(report)
     for heading, style, group in groups:
         if not group:
             continue
@@ -188,7 +193,7 @@ def render_text(report: Report, console: object) -> None:
         for f in group:
             rate = f" [dim]{f.per_step:g}/{unit}[/dim]" if f.per_step is not None and f.count > 1 \
                 and not f.extra.get("periodic") else ""  # a periodic finding's message gives its amortised rate
-            cost = figure(f) if f.code != "TPU813" else None  # TPU813's message holds its figure
+            cost = figure(f, unit) if f.code != "TPU813" else None  # TPU813's message holds its figure
             rate += f" [dim]({escape(cost)})[/dim]" if cost else ""
             c.print(f"  [{_STYLE[f.severity]}]{f.code}[/{_STYLE[f.severity]}] {escape(_where(f))}  "
                     f"{escape(f.message)}{rate}" + (" [dim](static)[/dim]" if f.source == "static" else ""))
