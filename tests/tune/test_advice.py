@@ -75,3 +75,32 @@ def test_multi_slice_targets_cross_dcn_on_the_outer_axis(target, chips, dcn):
     inside = hw.collective_s(mesh, "tensor", "all-reduce", 1e9)
     across = hw.collective_s(mesh, "data", "all-reduce", 1e9)
     assert across > 3 * inside
+
+
+def test_when_the_top_candidates_do_not_fit_compiled_the_next_ones_are_compiled():
+    """The cost model's memory estimate can be low; the compile check then goes on down the ranking (a fake check:
+    the first four candidates in rank order run out of HBM, the fifth fits)."""
+    from tputool.tune.search import COMPILE_MORE
+
+    hw = tpu_hardware("v5e-8")
+    small = decoder_dims("llama-1b", layers=16, hidden=2048, heads=16, kv_heads=8, ffn=5632, vocab=32000, seq=2048)
+    seen: list = []
+
+    def check(candidate):
+        seen.append(candidate)
+        if len(seen) <= 4:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+        return hw.hbm_bytes / 2
+
+    result = tune_predicted(small, hw, SearchSpace(precisions=("bf16",)), compile_check=check, top=3)
+    ranked = [r for r in result.rows if r.candidate in seen]
+    assert len(seen) == 5 and result.winner is not None and result.winner.candidate == seen[4]
+    assert [r.status for r in ranked] == ["memory"] * 4 + ["compiled"]
+
+    def never_fits(candidate):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+
+    none_fit = tune_predicted(small, hw, SearchSpace(precisions=("bf16",)), compile_check=never_fits, top=2)
+    assert none_fit.winner is None
+    assert sum(r.status == "memory" and (r.reason or "").startswith("compile") for r in none_fit.rows) \
+        == COMPILE_MORE * 2  # (then it stops: no winner)

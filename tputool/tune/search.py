@@ -212,12 +212,18 @@ def tune_measured(dims: ModelDims, hw: Hardware, space: SearchSpace,
     return result
 
 
+COMPILE_MORE = 3
+"""tune_predicted compiles up to this many times `top` candidates when the first `top` do not fit when compiled
+(the cost model's memory estimate can be low: a large vocabulary's logits at a long sequence, for one)."""
+
+
 def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                    param_shapes: dict[str, tuple[int, ...]] | None = None,
                    compile_check: Callable[[Candidate], float] | None = None, top: int = 5,
                    progress: Callable[[Row, int, int], None] | None = None) -> TuneResult:
     """Rank by the cost model; with `compile_check` (a TPU compile returning bytes/device, raising on OOM),
-    confirm memory fit of the top `top` fitting candidates and take the best that compiles."""
+    confirm memory fit of the top `top` fitting candidates and take the best that compiles. When none of them
+    compiles within HBM, the next ones are compiled in rank order until one does (at most COMPILE_MORE x `top`)."""
     rows, rejected = predict_all(dims, hw, space, param_shapes, kernels=True)
     fitting = [r for r in rows if r.status != "memory"]
     label = f"estimated for {hw.name}"
@@ -225,8 +231,10 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
     if compile_check is not None:
         label = f"cost model ranked, memory checked by compiling for {hw.slice.topology_name if hw.slice else hw.name}"
         winner = None
-        checked = fitting[:top]
-        for i, r in enumerate(checked, 1):
+        limit = min(len(fitting), COMPILE_MORE * top)
+        for i, r in enumerate(fitting[:limit], 1):
+            if i > top and winner is not None:
+                break
             try:
                 r.compiled_memory = compile_check(r.candidate)
                 if r.compiled_memory > hw.hbm_bytes:
@@ -239,7 +247,7 @@ def tune_predicted(dims: ModelDims, hw: Hardware, space: SearchSpace,
                 r.status = "memory" if "RESOURCE_EXHAUSTED" in str(e) or "HBM" in str(e) else "failed"
                 r.reason = f"compile for TPU: {str(e).splitlines()[0][:160]}"
             if progress is not None:
-                progress(r, i, len(checked))
+                progress(r, i, min(len(fitting), top) if i <= top else limit)
     result = TuneResult(dims.name, "predicted", hw, label, rows, rejected, winner)
     if not fitting and rows:
         from tputool.tune.advice import explain
