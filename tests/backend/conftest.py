@@ -48,7 +48,7 @@ def tpu_device() -> str:
     """
     name = os.environ.get("TPUTOOL_TEST_DEVICE", "tpu")
     try:
-        torch.ones(1, device=name)
+        torch.ones(1, device=name).cpu()  # (read back: in Fused mode nothing of the probe is left pending)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no {name} device (see test_opinfo.py::test_device_available): {_opinfo.first_line(e)}")
     mode = os.environ.get("TPUTOOL_TEST_EAGER_MODE")  # e.g. DEFER_AND_FUSE: run these tests in that mode

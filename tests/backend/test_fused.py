@@ -303,3 +303,31 @@ def test_factory_that_cannot_fit_raises_out_of_memory_at_its_call(fused, tpu_dev
         with pytest.raises(torch.OutOfMemoryError, match="tpu out of memory. Tried to allocate"):
             make()
     assert torch.ones(2, device=tpu_device).sum().item() == 2.0  # (the trace is still usable)
+
+
+def test_torch_compile_under_fused_compiles_a_graph_fed_concrete_inputs(fused, tpu_device: str) -> None:
+    """Fused's dispatch mode does not stop Dynamo: the frame is compiled, pending inputs are flushed first."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from tputool.backend.graph import install
+
+    install()
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("tpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    ref_model = copy.deepcopy(model)
+    model.to(tpu_device)
+    x = torch.randn(2, 4)
+    try:
+        xt = x.to(tpu_device) * 2  # pending when the compiled graph is called
+        assert isinstance(xt.untyped_storage()._tpu, fused.Lazy)
+        out = torch.compile(model, backend=counter)(xt)
+        out.sum().backward()
+    finally:
+        torch._dynamo.reset()
+    ref = ref_model(x * 2)
+    ref.sum().backward()
+    assert counter.frame_count == 1 and counter.op_count > 0
+    assert _flushes().get("compiled graph input", 0) >= 1  # (the forward's input; the backward's too)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[0].weight.grad.cpu(), ref_model[0].weight.grad, rtol=1e-5, atol=1e-6)

@@ -567,6 +567,12 @@ class FuseMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # __torch_dispatch__ is wrapped below by the cheaper _skip_dynamo instead
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile frames while Fused mode is on: Dynamo traces with the mode off, and the
+        compiled graph reads concrete inputs (`graph.boundary.to_jax` materializes pending ones)."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
         kwargs = kwargs or {}
         for x in args:  # (the usual case first: a tensor argument with data on the device)
