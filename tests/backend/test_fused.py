@@ -331,3 +331,20 @@ def test_torch_compile_under_fused_compiles_a_graph_fed_concrete_inputs(fused, t
     assert _flushes().get("compiled graph input", 0) >= 1  # (the forward's input; the backward's too)
     torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model[0].weight.grad.cpu(), ref_model[0].weight.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_svdvals_and_eigvalsh_run_on_the_device_and_keep_their_gradients(fused, tpu_device: str) -> None:
+    """Under a dispatch mode ATen's composites ask for U/V and eigenvectors (CPU fallbacks); without a
+    gradient to compute, Fused gets the values-only forms, as Strict does."""
+    a = torch.randn(3, 5, 5)
+    a = a @ a.mT + torch.eye(5)
+    with torch.no_grad():
+        s, w = torch.linalg.svdvals(a.to(tpu_device)), torch.linalg.eigvalsh(a.to(tpu_device), UPLO="U")
+        assert isinstance(s.untyped_storage()._tpu, fused.Lazy)  # deferred, not run on the CPU
+        torch.testing.assert_close(s.cpu(), torch.linalg.svdvals(a), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(w.cpu(), torch.linalg.eigvalsh(a, UPLO="U"), rtol=1e-4, atol=1e-4)
+    assert not [d for (k, d), _ in events.counts.items() if k == "fallback"]
+    x, ref = a.to(tpu_device).requires_grad_(), a.clone().requires_grad_()
+    (torch.linalg.svdvals(x).sum() + torch.linalg.eigvalsh(x).sum()).backward()
+    (torch.linalg.svdvals(ref).sum() + torch.linalg.eigvalsh(ref).sum()).backward()
+    torch.testing.assert_close(x.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-4)

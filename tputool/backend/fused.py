@@ -858,11 +858,43 @@ def _install_print_materialize() -> None:
     tensor_str._str = _str
 
 
+VALUES_ONLY = {
+    "linalg_svdvals": lambda A, driver=None: aten._linalg_svd(A, False, False, driver=driver)[1],
+    "linalg_eigvalsh": lambda A, UPLO="L": aten._linalg_eigh(A, UPLO, False)[0],
+}
+"""Composite ops that ask for their gradient-capable form (U and V, eigenvectors: run on the CPU) whenever a
+dispatch mode is active, as Fused's is (ATen's `_may_require_fw_or_bw_grad` counts a mode as a tensor
+subclass): name -> the values-only call they make without a mode, used while no gradient can be asked for."""
+
+_values_only_lib: list = []
+
+
+def _install_values_only() -> None:
+    """Give VALUES_ONLY's ops a tpu autograd kernel that calls the values-only form when no gradient can be
+    needed (grad mode off or an input without requires_grad, no forward-mode AD) and the composite otherwise."""
+    if _values_only_lib:
+        return
+    import torch.autograd.forward_ad as fwad
+
+    lib = torch.library.Library("aten", "IMPL")
+    _values_only_lib.append(lib)
+    for name, values in VALUES_ONLY.items():
+        op = getattr(aten, name).default
+
+        def kernel(A, *args, _op=op, _values=values, **kwargs):  # noqa: N803 - ATen's argument name
+            if (A.requires_grad and torch.is_grad_enabled()) or fwad._current_level >= 0:
+                return _op.decompose(A, *args, **kwargs)
+            return _values(A, *args, **kwargs)
+
+        lib.impl(name, kernel, "AutogradPrivateUse1")
+
+
 def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
     global _mode
     fused = runtime.EagerMode.DEFER_AND_FUSE
     if new is fused and _mode is None:
         _install_print_materialize()
+        _install_values_only()
         _mode = FuseMode()
         _push_mode(_mode)
     elif new is not fused and _mode is not None:
