@@ -348,3 +348,23 @@ def test_svdvals_and_eigvalsh_run_on_the_device_and_keep_their_gradients(fused, 
     (torch.linalg.svdvals(x).sum() + torch.linalg.eigvalsh(x).sum()).backward()
     (torch.linalg.svdvals(ref).sum() + torch.linalg.eigvalsh(ref).sum()).backward()
     torch.testing.assert_close(x.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_memory_allocated_counts_pending_values_when_recorded(fused, tpu_device: str) -> None:
+    """As CUDA's allocator counts a tensor at its op: an `empty` tensor written in part, and a pending result,
+    count once each, and nothing stays counted after they are dropped (the trace keeps no array for them)."""
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    y = torch.empty(1 << 20, device=tpu_device)
+    assert torch.tpu.memory_allocated() - base == 4 << 20
+    y[: 1 << 19].fill_(1.0)  # a partial write of a never-written tensor: its zeros are part of the trace
+    assert isinstance(y.untyped_storage()._tpu, fused.Lazy)
+    x = torch.ones(1 << 18, device=tpu_device)  # 1 MiB, pending
+    assert torch.tpu.memory_allocated() - base == 5 << 20
+    del y, x
+    assert torch.tpu.memory_allocated() == base
+    z = torch.empty(6, dtype=torch.bfloat16, device=tpu_device)
+    launches = events.total("launch")
+    z[1:3].fill_(2.0)
+    assert z.cpu()[1:3].tolist() == [2.0, 2.0] and z.dtype == torch.bfloat16
+    assert events.total("launch") - launches == 1  # the flush at the read: no separate zeros kernel

@@ -201,8 +201,7 @@ class Trace:
             if base.shape == t.shape and t.storage_offset() == 0 and t.is_contiguous():
                 return ("n", base.node, base.index) if base.value is None else self._ext(base.value)
         elif type(base) is tt.Uninit:
-            tt.to_jax(t)  # materializes the zeros
-            base = st._tpu
+            base = self.zeros_for(st)
         size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
         whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
         if whole and tuple(base.shape) == size:
@@ -214,6 +213,22 @@ class Trace:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
         (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {})
         return ("n", out.node, out.index)
+
+    def zeros_for(self, st: Any) -> Lazy:
+        """Storage `st` (made by `empty`, never written) given a pending zeros value recorded in the trace, so
+        no array is made outside the fused computation (one would stay held until the flush)."""
+        base = st._tpu
+        (zeros,) = self.add(_zeros_fn(tuple(base.shape), np.dtype(base.dtype)),
+                            ("zeros", tuple(base.shape), np.dtype(base.dtype)), (), [], {}, {})
+        self.undo.append((st, base))
+        st._tpu = zeros
+        self.storages.append(weakref.ref(st))
+        return zeros
+
+    def pending_bytes(self) -> int:
+        """Bytes of the pending values still held (by a tensor's storage) and not yet computed."""
+        return sum(lz.size * np.dtype(lz.dtype).itemsize for r in self.lazies
+                   if (lz := r()) is not None and lz.value is None)
 
     # -- nodes ----------------------------------------------------------------------------------------
     def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
@@ -413,6 +428,11 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset()) -> Calla
         return results + (jax.numpy.stack(records),) if records else results
 
     return run
+
+
+@functools.cache
+def _zeros_fn(shape: tuple, dtype: np.dtype) -> Callable:
+    return lambda: jax.numpy.zeros(shape, dtype)
 
 
 @functools.cache
@@ -803,10 +823,10 @@ def _new_tensor(lz: Lazy) -> torch.Tensor:
 def _write(t: torch.Tensor, value: Lazy) -> None:
     st = t.untyped_storage()
     base = st._tpu
-    if type(base) is tt.Uninit:
-        base = tt._base(st)
     size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
     whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
+    if type(base) is tt.Uninit and not whole:  # (a whole write needs none of the old value)
+        base = TRACE.zeros_for(st)
     ref = ("n", value.node, value.index)
     if whole and tuple(base.shape) == size:
         new = value
