@@ -368,3 +368,19 @@ def test_memory_allocated_counts_pending_values_when_recorded(fused, tpu_device:
     z[1:3].fill_(2.0)
     assert z.cpu()[1:3].tolist() == [2.0, 2.0] and z.dtype == torch.bfloat16
     assert events.total("launch") - launches == 1  # the flush at the read: no separate zeros kernel
+
+
+def test_normal_from_numbers_draws_as_strict_and_refuses_integers_as_strict(fused, tpu_device: str) -> None:
+    """`torch.normal(mean, std, size)` reaches Fused's mode whole: it draws Strict's values from the same seed,
+    and an integer dtype fails with Strict's (and CUDA's) NotImplementedError, not a decomposition's check."""
+    def draw() -> torch.Tensor:
+        torch.tpu.manual_seed(5)
+        return torch.normal(0.5, 2.0, (2, 3), device=tpu_device).cpu()
+
+    got = draw()
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+    want = draw()
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="normal_kernel"):
+        torch.normal(0.0, 2.0, (2, 3), dtype=torch.int32, device=tpu_device)
