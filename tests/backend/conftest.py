@@ -32,6 +32,15 @@ def _enable_persistent_jax_cache() -> None:
 _enable_persistent_jax_cache()
 
 
+@pytest.fixture(autouse=True)
+def _default_eager_mode() -> None:
+    """Each test starts in the default eager mode (tests that set one restore Strict, whatever the default)."""
+    from tputool.backend import runtime
+
+    if runtime.STATE.mode is not runtime.DEFAULT_MODE:
+        runtime.set_mode(runtime.DEFAULT_MODE)
+
+
 @pytest.fixture(params=["cpu", "tpu"])
 def dev(request) -> str:
     """Each test twice: on CPU tensors (graph-mode tests then run backend 'tpu' through JAX on the host)
