@@ -384,3 +384,25 @@ def test_normal_from_numbers_draws_as_strict_and_refuses_integers_as_strict(fuse
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(NotImplementedError, match="normal_kernel"):
         torch.normal(0.0, 2.0, (2, 3), dtype=torch.int32, device=tpu_device)
+
+
+def test_aot_autograd_and_make_fx_trace_under_fused(fused, tpu_device: str) -> None:
+    """PyTorch's tracing modes run below Fused's: functionalized (AOTAutograd, opcheck) ops are passed on to
+    their mode, and make_fx on real tpu tensors records every op (pending inputs computed first)."""
+    from functorch.compile import nop
+    from torch._functorch.aot_autograd import aot_function
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, y):
+        return (x * y).sin().sum()
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+    out = aot_function(f, nop, dynamic=True)(x, y)
+    out.backward()
+    torch.testing.assert_close(out, f(x, y))
+    torch.testing.assert_close(x.grad, y * (x * y).cos())
+    xt, yt = x.detach().to(tpu_device) + 0, y.to(tpu_device)  # xt pending
+    gm = make_fx(f)(xt, yt)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.mul.Tensor, torch.ops.aten.sin.default, torch.ops.aten.sum.default]
+    torch.testing.assert_close(gm(xt, yt).cpu(), f(x, y).detach())

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor as _FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
 from tputool.backend import asserts, cache, events, memory, op_plan, rng, runtime
@@ -502,6 +503,10 @@ def _is_data_tensor(x: Any) -> bool:
 
 _STRIDED = torch.strided
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_get_dispatch_mode, _PROXY = torch._C._get_dispatch_mode, torch._C._TorchDispatchModeKey.PROXY
+_INFRA = (_FakeTensor, _FunctionalTensor)
+"""Tensors of PyTorch's tracing modes (fake, functionalization), which run below this one: their ops are passed
+on to those modes (a wrapper subclass's own __torch_dispatch__ would refuse them: "FunctionalTensor on its own")."""
 
 
 def _on_tpu(device: Any) -> bool:
@@ -595,13 +600,17 @@ class FuseMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
         kwargs = kwargs or {}
+        if _get_dispatch_mode(_PROXY) is not None:  # make_fx tracing real tensors: its mode, below, runs the op
+            if _has_lazy(args, kwargs):
+                TRACE.flush(f"{func} (traced by make_fx)")
+            return func(*args, **kwargs)
         for x in args:  # (the usual case first: a tensor argument with data on the device)
             if isinstance(x, torch.Tensor) and x.layout is _STRIDED and hasattr(x.untyped_storage(), "_tpu"):
                 break
         else:
             tensors = _tensors(args, kwargs)
             if not any(_is_data_tensor(x) for x in tensors) and (tensors or not _on_tpu(kwargs.get("device"))):
-                if any(type(x) not in _PLAIN and not isinstance(x, _FakeTensor) for x in tensors):
+                if any(type(x) not in _PLAIN and not isinstance(x, _INFRA) for x in tensors):
                     return NotImplemented  # (a wrapper subclass, e.g. DTensor: its ops on tpu tensors come back here)
                 return func(*args, **kwargs)  # (a factory for the tpu device, e.g. full or scalar_tensor, is recorded)
         f = _FACTS.get(id(func)) or _facts(func)
