@@ -24,7 +24,7 @@ from typing import Any
 
 
 class EagerMode(enum.Enum):
-    """How eager ops run: Debug, Strict or Fused (the default), named as in torch_tpu."""
+    """How eager ops run: Debug, Strict (the default) or Fused, named as in torch_tpu."""
 
     DEFER_NEVER_AND_LAUNCH_BLOCKING = "debug"
     """Debug: each op is compiled and run at once, and the host waits for it (errors point at the caller)."""
@@ -34,9 +34,8 @@ class EagerMode(enum.Enum):
     """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.fused)."""
 
 
-DEFAULT_MODE = EagerMode.DEFER_AND_FUSE
-"""The eager mode of a fresh process (set when the device registers) and of `reset()`: Fused, which runs a
-training step as a handful of programs (Strict launches one per op; docs/first-step.md)."""
+DEFAULT_MODE = EagerMode.DEFER_NEVER
+"""The eager mode of a fresh process (set when the device registers) and of `reset()`."""
 
 DEFAULT_SEED = 67280421310721
 """PyTorch's default seed for device generators."""
