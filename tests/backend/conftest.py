@@ -32,6 +32,19 @@ def _enable_persistent_jax_cache() -> None:
 _enable_persistent_jax_cache()
 
 
+def _default_mode_from_env() -> None:
+    """$TPUTOOL_TEST_DEFAULT_EAGER_MODE (a torch.tpu.EagerMode member name): run these tests as if it were the
+    backend's default (`runtime.DEFAULT_MODE`, which `runtime.reset` and every test start from)."""
+    name = os.environ.get("TPUTOOL_TEST_DEFAULT_EAGER_MODE")
+    if name:
+        from tputool.backend import runtime
+
+        runtime.DEFAULT_MODE = getattr(runtime.EagerMode, name)
+
+
+_default_mode_from_env()
+
+
 @pytest.fixture(autouse=True)
 def _default_eager_mode() -> None:
     """Each test starts in the default eager mode (tests that set one restore Strict, whatever the default)."""
