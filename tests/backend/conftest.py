@@ -32,6 +32,28 @@ def _enable_persistent_jax_cache() -> None:
 _enable_persistent_jax_cache()
 
 
+def _default_mode_from_env() -> None:
+    """$TPUTOOL_TEST_DEFAULT_EAGER_MODE (a torch.tpu.EagerMode member name): run these tests as if it were the
+    backend's default (`runtime.DEFAULT_MODE`, which `runtime.reset` and every test start from)."""
+    name = os.environ.get("TPUTOOL_TEST_DEFAULT_EAGER_MODE")
+    if name:
+        from tputool.backend import runtime
+
+        runtime.DEFAULT_MODE = getattr(runtime.EagerMode, name)
+
+
+_default_mode_from_env()
+
+
+@pytest.fixture(autouse=True)
+def _default_eager_mode() -> None:
+    """Each test starts in the default eager mode (tests that set one restore Strict, whatever the default)."""
+    from tputool.backend import runtime
+
+    if runtime.STATE.mode is not runtime.DEFAULT_MODE:
+        runtime.set_mode(runtime.DEFAULT_MODE)
+
+
 @pytest.fixture(params=["cpu", "tpu"])
 def dev(request) -> str:
     """Each test twice: on CPU tensors (graph-mode tests then run backend 'tpu' through JAX on the host)
@@ -48,7 +70,7 @@ def tpu_device() -> str:
     """
     name = os.environ.get("TPUTOOL_TEST_DEVICE", "tpu")
     try:
-        torch.ones(1, device=name)
+        torch.ones(1, device=name).cpu()  # (read back: in Fused mode nothing of the probe is left pending)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no {name} device (see test_opinfo.py::test_device_available): {_opinfo.first_line(e)}")
     mode = os.environ.get("TPUTOOL_TEST_EAGER_MODE")  # e.g. DEFER_AND_FUSE: run these tests in that mode

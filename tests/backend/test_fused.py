@@ -303,3 +303,106 @@ def test_factory_that_cannot_fit_raises_out_of_memory_at_its_call(fused, tpu_dev
         with pytest.raises(torch.OutOfMemoryError, match="tpu out of memory. Tried to allocate"):
             make()
     assert torch.ones(2, device=tpu_device).sum().item() == 2.0  # (the trace is still usable)
+
+
+def test_torch_compile_under_fused_compiles_a_graph_fed_concrete_inputs(fused, tpu_device: str) -> None:
+    """Fused's dispatch mode does not stop Dynamo: the frame is compiled, pending inputs are flushed first."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from tputool.backend.graph import install
+
+    install()
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("tpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    ref_model = copy.deepcopy(model)
+    model.to(tpu_device)
+    x = torch.randn(2, 4)
+    try:
+        xt = x.to(tpu_device) * 2  # pending when the compiled graph is called
+        assert isinstance(xt.untyped_storage()._tpu, fused.Lazy)
+        out = torch.compile(model, backend=counter)(xt)
+        out.sum().backward()
+    finally:
+        torch._dynamo.reset()
+    ref = ref_model(x * 2)
+    ref.sum().backward()
+    assert counter.frame_count == 1 and counter.op_count > 0
+    assert _flushes().get("compiled graph input", 0) >= 1  # (the forward's input; the backward's too)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[0].weight.grad.cpu(), ref_model[0].weight.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_svdvals_and_eigvalsh_run_on_the_device_and_keep_their_gradients(fused, tpu_device: str) -> None:
+    """Under a dispatch mode ATen's composites ask for U/V and eigenvectors (CPU fallbacks); without a
+    gradient to compute, Fused gets the values-only forms, as Strict does."""
+    a = torch.randn(3, 5, 5)
+    a = a @ a.mT + torch.eye(5)
+    with torch.no_grad():
+        s, w = torch.linalg.svdvals(a.to(tpu_device)), torch.linalg.eigvalsh(a.to(tpu_device), UPLO="U")
+        assert isinstance(s.untyped_storage()._tpu, fused.Lazy)  # deferred, not run on the CPU
+        torch.testing.assert_close(s.cpu(), torch.linalg.svdvals(a), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(w.cpu(), torch.linalg.eigvalsh(a, UPLO="U"), rtol=1e-4, atol=1e-4)
+    assert not [d for (k, d), _ in events.counts.items() if k == "fallback"]
+    x, ref = a.to(tpu_device).requires_grad_(), a.clone().requires_grad_()
+    (torch.linalg.svdvals(x).sum() + torch.linalg.eigvalsh(x).sum()).backward()
+    (torch.linalg.svdvals(ref).sum() + torch.linalg.eigvalsh(ref).sum()).backward()
+    torch.testing.assert_close(x.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_memory_allocated_counts_pending_values_when_recorded(fused, tpu_device: str) -> None:
+    """As CUDA's allocator counts a tensor at its op: an `empty` tensor written in part, and a pending result,
+    count once each, and nothing stays counted after they are dropped (the trace keeps no array for them)."""
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    y = torch.empty(1 << 20, device=tpu_device)
+    assert torch.tpu.memory_allocated() - base == 4 << 20
+    y[: 1 << 19].fill_(1.0)  # a partial write of a never-written tensor: its zeros are part of the trace
+    assert isinstance(y.untyped_storage()._tpu, fused.Lazy)
+    x = torch.ones(1 << 18, device=tpu_device)  # 1 MiB, pending
+    assert torch.tpu.memory_allocated() - base == 5 << 20
+    del y, x
+    assert torch.tpu.memory_allocated() == base
+    z = torch.empty(6, dtype=torch.bfloat16, device=tpu_device)
+    launches = events.total("launch")
+    z[1:3].fill_(2.0)
+    assert z.cpu()[1:3].tolist() == [2.0, 2.0] and z.dtype == torch.bfloat16
+    assert events.total("launch") - launches == 1  # the flush at the read: no separate zeros kernel
+
+
+def test_normal_from_numbers_draws_as_strict_and_refuses_integers_as_strict(fused, tpu_device: str) -> None:
+    """`torch.normal(mean, std, size)` reaches Fused's mode whole: it draws Strict's values from the same seed,
+    and an integer dtype fails with Strict's (and CUDA's) NotImplementedError, not a decomposition's check."""
+    def draw() -> torch.Tensor:
+        torch.tpu.manual_seed(5)
+        return torch.normal(0.5, 2.0, (2, 3), device=tpu_device).cpu()
+
+    got = draw()
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+    want = draw()
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="normal_kernel"):
+        torch.normal(0.0, 2.0, (2, 3), dtype=torch.int32, device=tpu_device)
+
+
+def test_aot_autograd_and_make_fx_trace_under_fused(fused, tpu_device: str) -> None:
+    """PyTorch's tracing modes run below Fused's: functionalized (AOTAutograd, opcheck) ops are passed on to
+    their mode, and make_fx on real tpu tensors records every op (pending inputs computed first)."""
+    from functorch.compile import nop
+    from torch._functorch.aot_autograd import aot_function
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, y):
+        return (x * y).sin().sum()
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+    out = aot_function(f, nop, dynamic=True)(x, y)
+    out.backward()
+    torch.testing.assert_close(out, f(x, y))
+    torch.testing.assert_close(x.grad, y * (x * y).cos())
+    xt, yt = x.detach().to(tpu_device) + 0, y.to(tpu_device)  # xt pending
+    gm = make_fx(f)(xt, yt)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.mul.Tensor, torch.ops.aten.sin.default, torch.ops.aten.sum.default]
+    torch.testing.assert_close(gm(xt, yt).cpu(), f(x, y).detach())

@@ -17,13 +17,13 @@ def test_reset_returns_to_a_fresh_process_state(tpu_device):
     events.record("host_sync", "test")
     try:
         runtime.reset()
-        assert runtime.STATE.mode is torch.tpu.EagerMode.DEFER_NEVER and not runtime.STATE.blocking
-        assert torch.tpu.eager_mode() is torch.tpu.EagerMode.DEFER_NEVER
+        assert runtime.STATE.mode is runtime.DEFAULT_MODE and not runtime.STATE.blocking
+        assert torch.tpu.eager_mode() is runtime.DEFAULT_MODE
         assert not runtime.STATE.trace.nodes  # dropped, not run
         assert (runtime.STATE.rng_seed, runtime.STATE.rng_counter) == fresh_rng
         assert not events.counts and not runtime.STATE.in_flight
     finally:
-        torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+        torch.tpu.set_eager_mode(runtime.DEFAULT_MODE)
     del x
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tputool.backend  # noqa: F401 - registers the device
-from tputool.backend.runtime import STATE
+from tputool.backend.runtime import DEFAULT_MODE, STATE
 
 API = ("EagerMode Event Precision Stream allow_excess_precision current_device current_stream default_generators "
        "default_stream device device_count device_of eager_mode get_amp_supported_dtype get_device_name "
@@ -70,11 +70,11 @@ def test_event_elapsed_time_and_streams():
 def test_eager_modes():
     E = torch.tpu.EagerMode
     assert {m.name for m in E} == {"DEFER_NEVER_AND_LAUNCH_BLOCKING", "DEFER_NEVER", "DEFER_AND_FUSE"}
-    assert torch.tpu.eager_mode() is E.DEFER_NEVER
+    assert torch.tpu.eager_mode() is DEFAULT_MODE
     with torch.tpu.eager_mode(E.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         assert STATE.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER_AND_LAUNCH_BLOCKING
         assert (torch.ones(3, device="tpu") * 2).sum().item() == 6.0
-    assert not STATE.blocking and torch.tpu.eager_mode() is E.DEFER_NEVER
+    assert not STATE.blocking and torch.tpu.eager_mode() is DEFAULT_MODE
     with pytest.raises(ValueError):
         torch.tpu.set_eager_mode("fast")
 

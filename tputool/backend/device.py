@@ -102,6 +102,10 @@ def register(freeze_gc: bool = False) -> bool:
     serialization.install_pin_memory()
     storages.install()
     _registered = True
+    from tputool.backend import runtime
+
+    if runtime.STATE.mode is not runtime.DEFAULT_MODE:
+        runtime.set_mode(runtime.DEFAULT_MODE)
     # Graph mode: the Dynamo backend "tpu" (also the default for tpu inputs), the XLA disk cache and
     # the torch.distributed backends "tpu"/"tpu_dist".
     from tputool.backend import graph

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor as _FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
 from tputool.backend import asserts, cache, events, memory, op_plan, rng, runtime
@@ -201,8 +202,7 @@ class Trace:
             if base.shape == t.shape and t.storage_offset() == 0 and t.is_contiguous():
                 return ("n", base.node, base.index) if base.value is None else self._ext(base.value)
         elif type(base) is tt.Uninit:
-            tt.to_jax(t)  # materializes the zeros
-            base = st._tpu
+            base = self.zeros_for(st)
         size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
         whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
         if whole and tuple(base.shape) == size:
@@ -214,6 +214,22 @@ class Trace:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
         (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {})
         return ("n", out.node, out.index)
+
+    def zeros_for(self, st: Any) -> Lazy:
+        """Storage `st` (made by `empty`, never written) given a pending zeros value recorded in the trace, so
+        no array is made outside the fused computation (one would stay held until the flush)."""
+        base = st._tpu
+        (zeros,) = self.add(_zeros_fn(tuple(base.shape), np.dtype(base.dtype)),
+                            ("zeros", tuple(base.shape), np.dtype(base.dtype)), (), [], {}, {})
+        self.undo.append((st, base))
+        st._tpu = zeros
+        self.storages.append(weakref.ref(st))
+        return zeros
+
+    def pending_bytes(self) -> int:
+        """Bytes of the pending values still held (by a tensor's storage) and not yet computed."""
+        return sum(lz.size * np.dtype(lz.dtype).itemsize for r in self.lazies
+                   if (lz := r()) is not None and lz.value is None)
 
     # -- nodes ----------------------------------------------------------------------------------------
     def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
@@ -416,6 +432,11 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset()) -> Calla
 
 
 @functools.cache
+def _zeros_fn(shape: tuple, dtype: np.dtype) -> Callable:
+    return lambda: jax.numpy.zeros(shape, dtype)
+
+
+@functools.cache
 def _reshape_fn(size: tuple) -> Callable:
     return lambda x: x.reshape(size)
 
@@ -482,6 +503,10 @@ def _is_data_tensor(x: Any) -> bool:
 
 _STRIDED = torch.strided
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_get_dispatch_mode, _PROXY = torch._C._get_dispatch_mode, torch._C._TorchDispatchModeKey.PROXY
+_INFRA = (_FakeTensor, _FunctionalTensor)
+"""Tensors of PyTorch's tracing modes (fake, functionalization), which run below this one: their ops are passed
+on to those modes (a wrapper subclass's own __torch_dispatch__ would refuse them: "FunctionalTensor on its own")."""
 
 
 def _on_tpu(device: Any) -> bool:
@@ -567,15 +592,25 @@ class FuseMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # __torch_dispatch__ is wrapped below by the cheaper _skip_dynamo instead
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile frames while Fused mode is on: Dynamo traces with the mode off, and the
+        compiled graph reads concrete inputs (`graph.boundary.to_jax` materializes pending ones)."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's API
         kwargs = kwargs or {}
+        if _get_dispatch_mode(_PROXY) is not None:  # make_fx tracing real tensors: its mode, below, runs the op
+            if _has_lazy(args, kwargs):
+                TRACE.flush(f"{func} (traced by make_fx)")
+            return func(*args, **kwargs)
         for x in args:  # (the usual case first: a tensor argument with data on the device)
             if isinstance(x, torch.Tensor) and x.layout is _STRIDED and hasattr(x.untyped_storage(), "_tpu"):
                 break
         else:
             tensors = _tensors(args, kwargs)
             if not any(_is_data_tensor(x) for x in tensors) and (tensors or not _on_tpu(kwargs.get("device"))):
-                if any(type(x) not in _PLAIN and not isinstance(x, _FakeTensor) for x in tensors):
+                if any(type(x) not in _PLAIN and not isinstance(x, _INFRA) for x in tensors):
                     return NotImplemented  # (a wrapper subclass, e.g. DTensor: its ops on tpu tensors come back here)
                 return func(*args, **kwargs)  # (a factory for the tpu device, e.g. full or scalar_tensor, is recorded)
         f = _FACTS.get(id(func)) or _facts(func)
@@ -797,10 +832,10 @@ def _new_tensor(lz: Lazy) -> torch.Tensor:
 def _write(t: torch.Tensor, value: Lazy) -> None:
     st = t.untyped_storage()
     base = st._tpu
-    if type(base) is tt.Uninit:
-        base = tt._base(st)
     size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
     whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
+    if type(base) is tt.Uninit and not whole:  # (a whole write needs none of the old value)
+        base = TRACE.zeros_for(st)
     ref = ("n", value.node, value.index)
     if whole and tuple(base.shape) == size:
         new = value
@@ -852,11 +887,43 @@ def _install_print_materialize() -> None:
     tensor_str._str = _str
 
 
+VALUES_ONLY = {
+    "linalg_svdvals": lambda A, driver=None: aten._linalg_svd(A, False, False, driver=driver)[1],
+    "linalg_eigvalsh": lambda A, UPLO="L": aten._linalg_eigh(A, UPLO, False)[0],
+}
+"""Composite ops that ask for their gradient-capable form (U and V, eigenvectors: run on the CPU) whenever a
+dispatch mode is active, as Fused's is (ATen's `_may_require_fw_or_bw_grad` counts a mode as a tensor
+subclass): name -> the values-only call they make without a mode, used while no gradient can be asked for."""
+
+_values_only_lib: list = []
+
+
+def _install_values_only() -> None:
+    """Give VALUES_ONLY's ops a tpu autograd kernel that calls the values-only form when no gradient can be
+    needed (grad mode off or an input without requires_grad, no forward-mode AD) and the composite otherwise."""
+    if _values_only_lib:
+        return
+    import torch.autograd.forward_ad as fwad
+
+    lib = torch.library.Library("aten", "IMPL")
+    _values_only_lib.append(lib)
+    for name, values in VALUES_ONLY.items():
+        op = getattr(aten, name).default
+
+        def kernel(A, *args, _op=op, _values=values, **kwargs):  # noqa: N803 - ATen's argument name
+            if (A.requires_grad and torch.is_grad_enabled()) or fwad._current_level >= 0:
+                return _op.decompose(A, *args, **kwargs)
+            return _values(A, *args, **kwargs)
+
+        lib.impl(name, kernel, "AutogradPrivateUse1")
+
+
 def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
     global _mode
     fused = runtime.EagerMode.DEFER_AND_FUSE
     if new is fused and _mode is None:
         _install_print_materialize()
+        _install_values_only()
         _mode = FuseMode()
         _push_mode(_mode)
     elif new is not fused and _mode is not None:

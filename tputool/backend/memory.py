@@ -81,6 +81,8 @@ def allocated() -> int:
     s = _device_stats()
     cur = s["bytes_in_use"] if s is not None and "bytes_in_use" in s else _live_bytes()
     cur += Uninit.live_bytes  # tensors made by `empty` and not yet written hold their bytes too
+    if STATE.trace is not None:  # and Fused mode's pending values, counted when their op is recorded
+        cur += STATE.trace.pending_bytes()
     if cur > STATE.mem_peak:
         STATE.mem_peak = cur
     return cur

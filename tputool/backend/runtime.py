@@ -34,6 +34,9 @@ class EagerMode(enum.Enum):
     """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.fused)."""
 
 
+DEFAULT_MODE = EagerMode.DEFER_NEVER
+"""The eager mode of a fresh process (set when the device registers) and of `reset()`."""
+
 DEFAULT_SEED = 67280421310721
 """PyTorch's default seed for device generators."""
 
@@ -43,6 +46,7 @@ class Runtime:
     """Everything the backend is doing now (see the module docstring)."""
 
     mode: EagerMode = EagerMode.DEFER_NEVER
+    """(the state before any mode is set up; the device's registration then sets DEFAULT_MODE)"""
     blocking: bool = False
     rng_seed: int = DEFAULT_SEED
     rng_counter: int = 0
@@ -117,11 +121,11 @@ def set_mode(mode: EagerMode) -> None:
 
 
 def reset() -> None:
-    """Return the runtime state to a fresh process's: Strict mode (a pending Fused trace is dropped, not run),
+    """Return the runtime state to a fresh process's: DEFAULT_MODE (a pending Fused trace is dropped, not run),
     the default random seed, no compiler options, SDPA kernel or MoE dispatch or mesh, no events, nothing in flight (waited for first). Compiled kernels are kept."""
     if STATE.trace is not None:
         STATE.trace.reset()
-    set_mode(EagerMode.DEFER_NEVER)
+    set_mode(DEFAULT_MODE)
     STATE.rng_seed, STATE.rng_counter = DEFAULT_SEED, 0
     STATE.mem_peak = STATE.mem_device_peak_at_reset = STATE.num_ooms = 0
     STATE.compiler_options = {}

@@ -37,6 +37,15 @@ def normal(self, mean=0.0, std=1.0, *, generator=None, rng_key):
     return (mean + std * jax.random.normal(rng_key, self.shape, _draw_dtype(self.dtype))).astype(self.dtype)
 
 
+@lowering(aten.normal.float_float, needs_rng=True, static_scalars=True, dynamic_floats=True)
+def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+                       rng_key):
+    """`torch.normal(mean, std, size)`: the draw of `empty(size).normal_(mean, std)`, which CUDA's kernel makes."""
+    dt = np_dtype(dtype) or default_float()
+    _floats_only(dt, "normal_kernel")
+    return (mean + std * jax.random.normal(rng_key, tuple(size), _draw_dtype(dt))).astype(dt)
+
+
 @lowering(aten.normal.Tensor_float, needs_rng=True)
 def normal_tensor_float(mean, std=1.0, *, generator=None, rng_key):
     return (mean + std * jax.random.normal(rng_key, mean.shape, _draw_dtype(mean.dtype))).astype(mean.dtype)
