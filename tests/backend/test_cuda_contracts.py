@@ -218,8 +218,13 @@ def test_dataloader_workers_fork_quietly(pin):
     assert "fork" not in proc.stderr, proc.stderr
 
 
-def test_tpu_use_in_a_forked_worker_raises_instead_of_hanging():
-    proc = _run(LOADER.replace("{WORK}", "torch.ones(4, device='tpu').cpu()").replace("{PIN}", "False"))
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_tpu_use_in_a_forked_worker_raises_instead_of_hanging(mode):
+    set_mode = f"torch.tpu.set_eager_mode(torch.tpu.EagerMode.{mode})\n"
+    started = 'x = torch.ones(2, device="tpu") + 1'
+    assert started in LOADER
+    proc = _run(LOADER.replace(started, set_mode + started)
+                .replace("{WORK}", "torch.ones(4, device='tpu').cpu()").replace("{PIN}", "False"))
     assert proc.returncode != 0
     assert "forked" in proc.stderr and "RuntimeError" in proc.stderr, proc.stderr[-2000:]
 

@@ -62,6 +62,11 @@ def _after_fork_in_child() -> None:
     STATE.bad_fork = True
     import torch
 
+    if STATE.mode is STATE.mode.DEFER_AND_FUSE:  # Fused would record the child's ops instead of refusing them
+        from tputool.backend import fused
+
+        fused.leave_in_forked_child()
+
     for lib in _device_libs:
         lib._destroy()
     lib = torch.library.Library("_", "IMPL")

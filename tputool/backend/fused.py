@@ -932,6 +932,17 @@ def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
         _mode = None
 
 
+def leave_in_forked_child() -> None:
+    """Turn Fused mode off in a child forked after JAX started, without running the parent's pending trace: the
+    child's tpu ops then reach the fork guard's refusal (tputool.backend.fork) instead of being recorded."""
+    global _mode
+    if _mode is not None:
+        TRACE.reset()
+        _pop_mode()
+        _mode = None
+    runtime.STATE.mode = runtime.EagerMode.DEFER_NEVER
+
+
 def _after_optimizer_step(optimizer, args, kwargs) -> None:  # noqa: ANN001 - torch hook signature
     if _mode is not None:
         TRACE.flush("optimizer step")
