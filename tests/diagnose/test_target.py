@@ -193,6 +193,16 @@ def test_a_config_whose_mesh_is_larger_than_the_slice_is_refused(tmp_path):
         check_target(_write(tmp_path, SHARDED), [], "v5e-4", config=str(config))
 
 
+ADAMW_STEPS = """\
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
 FSDP2 = """\
 import torch
 import torch.distributed as dist
@@ -206,13 +216,7 @@ with torch.device("tpu"):
 fully_shard(model[0])
 fully_shard(model[2])
 fully_shard(model)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(2):
-    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-"""
+""" + ADAMW_STEPS
 
 
 def test_fsdp2_ranks_map_onto_the_slice_and_the_peak_is_per_chip(tmp_path):
@@ -247,13 +251,7 @@ w = 8192
 with torch.device("tpu"):
     model = nn.Sequential(nn.Linear(w, 4 * w), nn.GELU(), nn.Linear(4 * w, w))
 parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(2):
-    loss = model(torch.randn(4, w).to("tpu")).pow(2).mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-"""
+""" + ADAMW_STEPS
 
 
 def test_dtensor_tensor_parallel_ranks_hold_their_shards(tmp_path):
