@@ -34,7 +34,7 @@ class EagerMode(enum.Enum):
     """Fused: ops are deferred and fused into larger compiled computations (tputool.backend.fused)."""
 
 
-DEFAULT_MODE = EagerMode.DEFER_NEVER
+DEFAULT_MODE = EagerMode.DEFER_AND_FUSE
 """The eager mode of a fresh process (set when the device registers) and of `reset()`."""
 
 DEFAULT_SEED = 67280421310721

@@ -18,7 +18,6 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
 
 
 class SoftTimeout(BaseException):
@@ -63,22 +62,10 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     return {"events": list(agg.values()), "event_totals": totals}
 
 
-def _compile_counter(events: object) -> Callable[[], int]:
-    """A function returning how many "compile" events the backend has logged (0 without the backend)."""
-    if events is None:
-        return lambda: 0
-    state = [0, 0]  # log entries scanned, compiles among them
-
-    def compiles() -> int:
-        log = events.log
-        if len(log) < state[0]:  # the log was reset
-            state[:] = [0, 0]
-        for e in log[state[0]:]:
-            state[1] += e["kind"] == "compile"
-        state[0] = len(log)
-        return state[1]
-
-    return compiles
+def _deferred() -> bool:
+    """Whether the backend defers ops now (Fused mode: programs compile at the next flush)."""
+    runtime = sys.modules.get("tputool.backend.runtime")
+    return runtime is not None and runtime.STATE.mode is runtime.EagerMode.DEFER_AND_FUSE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     steps.on_step.append(lambda n: dynamo.raise_metrics_limit() if n == 1 else None)
     boundaries: list[int] = []  # len(events.log) at the end of each iteration (step, or call before any step)
     events = sys.modules.get("tputool.backend.events")
-    calls = CallCounter(frames, _compile_counter(events))
+    calls = CallCounter(frames, (lambda: events.log) if events is not None else list, _deferred)
     # torch warns that global module hooks fire once more for torch.compile(module): CallCounter expects it
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
     jaxwatch = JaxWatch(lambda: steps.iteration)

@@ -6,6 +6,8 @@ A top-level call is a module's forward entered while no other module's forward r
 and the hooks go quiet: removing them would change `len(_global_forward_hooks)`, which Dynamo guards on, and
 recompile every compiled function), and records per calling user line the input shapes of the calls that compiled
 new XLA programs, so that per-shape recompiles can be reported at that line with the dimension that varies.
+When ops are deferred (Fused mode), a call's programs compile at the first flush after it returns (the loop's
+sync point, e.g. reading the new token): the compiles up to that flush count as the call's.
 """
 
 from __future__ import annotations
@@ -26,16 +28,19 @@ GENERATE_NAMES = frozenset({"generate"})  # a top-level call made under one of t
 class CallCounter:
     """Counts top-level module calls; per user call site, which calls compiled XLA programs and their shapes."""
 
-    def __init__(self, frames: UserFrames, compiles_logged: Callable[[], int]) -> None:
+    def __init__(self, frames: UserFrames, events_log: Callable[[], list[dict]],
+                 deferred: Callable[[], bool] = lambda: False) -> None:
         self.frames = frames
-        self.compiles_logged = compiles_logged  # how many "compile" events the backend logged so far
+        self.events_log = events_log  # the backend's event log (`tputool.backend.events.log`)
+        self.deferred = deferred  # whether ops are deferred now (their programs compile at a later flush)
         self.calls = 0
         self.ends: list[float] = []  # time.perf_counter() when each top-level call returned
         self.on_call: list[Callable[[int], None]] = []
         self.sites: dict[tuple[str, int], dict[str, Any]] = {}
         self._depth = 0
         self._site: dict[str, Any] | None = None
-        self._compiles_at_start = 0
+        self._start = 0  # len(events_log()) when the current top-level call began
+        self._pending: tuple | None = None  # (site, index, shapes, start, end) of a call whose flush is awaited
         self._names: dict[type, tuple[str, ...]] = {}
         self._handles: list[Any] = []
         self.active = True
@@ -49,6 +54,7 @@ class CallCounter:
 
     def stop(self) -> None:
         """Stop counting; the hooks stay registered (a change in their number recompiles compiled code)."""
+        self._close_pending()
         self.active = False
 
     def remove(self) -> None:
@@ -63,6 +69,7 @@ class CallCounter:
         self._depth += 1
         if self._depth > 1:
             return
+        self._close_pending()
         loc = self.frames.location(1)
         if loc is None:  # called by a library outside any user frame: not the user's loop
             self._site = None
@@ -72,7 +79,7 @@ class CallCounter:
             site = self.sites[loc] = {"file": loc[0], "line": loc[1], "calls": 0, "generate": _under_generate(),
                                       "compiling": []}
         self._site = site
-        self._compiles_at_start = self.compiles_logged()
+        self._start = len(self.events_log())
 
     def _exit(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if torch.compiler.is_compiling() or not self.active or self._depth == 0:
@@ -84,12 +91,31 @@ class CallCounter:
         self.ends.append(time.perf_counter())
         site = self._site
         if site is not None:
-            compiled = self.compiles_logged() - self._compiles_at_start
-            if compiled and len(site["compiling"]) < MAX_COMPILING_CALLS:
-                site["compiling"].append([site["calls"], compiled, self._shapes(module, args, kwargs)])
+            call = (site, site["calls"], self._shapes(module, args, kwargs), self._start, len(self.events_log()))
             site["calls"] += 1
+            if self.deferred():
+                self._pending = call
+            else:
+                self._note_compiles(*call, flush_ends=False)
         for fn in self.on_call:
             fn(self.calls)
+
+    def _close_pending(self) -> None:
+        if self._pending is not None:
+            call, self._pending = self._pending, None
+            self._note_compiles(*call, flush_ends=True)
+
+    def _note_compiles(self, site: dict, index: int, shapes: dict, start: int, end: int, flush_ends: bool) -> None:
+        """Record call `index` of `site` if it compiled: the compile events logged from its start to its end
+        (with `flush_ends`: to the first flush at or after its end, when one came)."""
+        log = self.events_log()
+        if len(log) < end:  # (the log was reset meanwhile: nothing to attribute)
+            return
+        if flush_ends:
+            end = next((i for i in range(end, len(log)) if log[i]["kind"] == "flush"), end)
+        compiled = sum(e["kind"] == "compile" for e in log[start:end])
+        if compiled and len(site["compiling"]) < MAX_COMPILING_CALLS:
+            site["compiling"].append([index, compiled, shapes])
 
     def _shapes(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, list[int]]:
         """Input tensors by parameter name (args[i] when the name is unknown) -> shape."""
@@ -107,6 +133,7 @@ class CallCounter:
 
     def to_record(self) -> list[dict[str, Any]]:
         """The call sites as JSON-ready dicts: file, line, calls, generate, compiling [[index, compiles, shapes]]."""
+        self._close_pending()
         return list(self.sites.values())
 
 

@@ -248,8 +248,9 @@ def render_text(t: dict[str, Any]) -> str:
         for lever in t.get("levers", []):
             lines.append(f"  lever: {lever}")
     if t.get("programs") is not None:
-        lines.append(f"  programs: {t['programs']} distinct, compiled for TPU in {t['compile_seconds']:.1f} s "
-                     f"(the whole step as one program: {t.get('step_compile_seconds') or 0:.1f} s)")
+        lines.append(f"  programs: the step as one program (Fused eager, the default, or torch.compile) compiled for "
+                     f"TPU in {t.get('step_compile_seconds') or 0:.1f} s; op by op (Strict eager): {t['programs']} "
+                     f"distinct programs, {t['compile_seconds']:.1f} s")
     for f in t.get("failed", []):
         at = f" at {f['file']}:{f['line']}" if f.get("file") else ""
         lines.append(f"  REJECTED by the TPU compiler{at} ({f['program']}): {f['error']}")

@@ -429,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     import jax.extend.core
     import torch  # (loads the bundled backend before the script runs)
 
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)  # op by op: each program keeps its user line
+
     from tputool.backend.graph.attention_kernels import for_tpu_target
     from tputool.backend.runtime import STATE
     from tputool.diagnose.observe import StepCounter, StepLimitReached
