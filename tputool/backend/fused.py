@@ -32,8 +32,9 @@ from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor as _FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import asserts, cache, events, memory, op_plan, rng, runtime
+from tputool.backend import asserts, cache, events, fused_disk, memory, op_plan, rng, runtime
 from tputool.backend import tensor as tt
+from tputool.backend.graph import persistent_cache
 from tputool.backend.lowerings import on_change as _on_lowerings_change
 from tputool.backend.lowerings.checks import run_checked
 from tputool.backend.view_geometry import GEOMETRY
@@ -105,15 +106,19 @@ class _Step:
     input either the producing node or the external input's index and shape/dtype (type for numbers), so a
     path through the trie determines every shape of the trace and the whole fused computation."""
 
-    __slots__ = ("kids", "shapes", "compiled")
+    __slots__ = ("kids", "shapes", "compiled", "key")
 
-    def __init__(self, shapes: Any) -> None:
+    def __init__(self, shapes: Any, key: str | None = None) -> None:
         self.kids: dict = {}
         self.shapes = shapes
         self.compiled: dict = {}
+        self.key = key
+        """The node's key in the disk cache (`tputool.backend.fused_disk`), None where it is not kept."""
 
 
 _ROOT = _Step(None)
+_ROOT.key = fused_disk.root_key
+"""(the root's key is the code fingerprint, worked out at the first trace: see `_root_key`)"""
 
 
 class Trace:
@@ -239,8 +244,14 @@ class Trace:
         desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
-        if nxt is None:  # a trace not seen before: work the shapes out (abstract evaluation)
-            nxt = self.step.kids[desc] = _Step(self._shapes(fn, desc, args, kinds, kwargs, kw_kinds))
+        if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
+            key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
+            shapes = fused_disk.shapes(key) if key is not None else None
+            if shapes is None:
+                shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
+                if key is not None:
+                    fused_disk.remember_shapes(key, shapes)
+            nxt = self.step.kids[desc] = _Step(shapes, key)
         shapes = nxt.shapes
         self.step = nxt
         self._node_shapes.append(shapes)
@@ -303,8 +314,7 @@ class Trace:
         fn = self.step.compiled.get(key)
         checks = self.checks
         if fn is None:  # (the trie step, the outputs and the donated inputs determine the computation)
-            fn = self.step.compiled[key] = cache.put(("fused", self.step, key), jax.jit(
-                _runner(list(self.nodes), outs, frozenset(c[0] for c in checks)), donate_argnums=donate))
+            fn = self.step.compiled[key] = cache.put(("fused", self.step, key), self._compiled(outs, donate))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNUSED_DONATION)
             try:
@@ -327,6 +337,18 @@ class Trace:
         events.record("flush", reason)
         self.reset()
 
+
+    def _compiled(self, outs: tuple, donate: tuple) -> Callable:
+        """The fused computation of this trace: jitted, or loaded from the disk cache when the trace is kept
+        there (`_Kept`: compiled now and saved when it was not)."""
+        checked = frozenset(c[0] for c in self.checks)
+        fn = jax.jit(_runner(list(self.nodes), outs, checked), donate_argnums=donate)
+        fused_disk.save_shapes()
+        tkey = (fused_disk.trace_key(self.step.key, outs, donate, checked)
+                if self.step.key is not None and runtime.STATE.abstract is None else None)
+        if tkey is None:
+            return fn
+        return _Kept(fn, tkey)
 
     def _lose(self, why: str) -> None:
         """Drop the trace after its computation failed: storages waiting for its results hold `Lost`."""
@@ -353,6 +375,43 @@ class Lost:
 
 _SHAPE_CACHE: dict = {}
 _UNUSED_DONATION = "Some donated buffers were not usable"
+
+
+def _step_key(step: _Step) -> str | None:
+    key = step.key
+    if callable(key):  # (the root, at the first trace: the code fingerprint, or None with the cache off)
+        key = step.key = key()
+    return key
+
+
+class _Kept:
+    """A fused computation kept in the disk cache: its first call loads the executable (or compiles and saves
+    it); a call whose inputs' types differ from the executable's (e.g. a weakly typed input) runs the jitted
+    function instead. Looks like a jitted function to `cache.call` (`_cache_size`: executables this process
+    built, loaded ones included, as JAX counts one it finds in its own persistent cache: `tputool diagnose`
+    reports compiles as a TPU's empty cache would have them)."""
+
+    __slots__ = ("jitted", "key", "exe")
+
+    def __init__(self, jitted: Callable, key: str) -> None:
+        self.jitted, self.key, self.exe = jitted, key, None
+
+    def _cache_size(self) -> int:
+        return (self.exe is not None) + self.jitted._cache_size()
+
+    def __call__(self, *ext):
+        if self.exe is None:
+            exe = fused_disk.load(self.key)
+            if exe is None:
+                hits = persistent_cache.stats["hits"]
+                exe = self.jitted.lower(*ext).compile()
+                if persistent_cache.stats["hits"] == hits:  # (XLA:CPU cannot serialize what JAX's cache loaded)
+                    fused_disk.save(self.key, exe)
+            self.exe = exe
+        try:
+            return self.exe(*ext)
+        except TypeError:  # (inputs of other types than it was compiled for: jax.jit handles them)
+            return self.jitted(*ext)
 
 
 def _donatable(ext: list) -> tuple[int, ...]:
@@ -559,6 +618,7 @@ _FACTS: dict[int, _OpFacts] = {}
 
 
 _on_lowerings_change(_FACTS.clear)  # (a lowering registered later changes what an op's facts say)
+_on_lowerings_change(fused_disk.lowerings_changed)
 
 
 def _facts(func: torch._ops.OpOverload) -> _OpFacts:

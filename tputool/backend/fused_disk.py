@@ -1,0 +1,205 @@
+"""Fused mode's disk cache: what a new process needs to run a step it has run before without tracing it again.
+
+A Fused trace is a path through a trie of node descriptions (`tputool.backend.fused._Step`). Each trie node
+gets a key that survives the process: a hash of its parent's key and the text of its description (op name,
+static arguments, input wiring, shapes and dtypes: no Python ids or addresses; a description whose text
+holds an address, " at 0x", gets no key, nor does anything below it). Under those keys this module keeps,
+in `$TPUTOOL_CACHE_DIR/fused` (or `~/.cache/tputool/fused`; `TPUTOOL_CACHE_DIR=off` turns it off):
+
+- the output shapes of each recorded node (one JSON map per code fingerprint), so recording a known step in
+  a new process needs no abstract evaluation of its ops (`jax.eval_shape`, a trace per op);
+- each fused computation's compiled executable (`jax.experimental.serialize_executable`), so its flush
+  loads it instead of tracing, lowering and compiling (JAX's own persistent cache still has to trace and
+  lower a computation to find its key).
+
+The root key is a fingerprint of the code that gives the shapes and the programs their meaning: the
+versions of tputool, torch, jax and jaxlib, JAX's x64 flag, and the size and modification time of every
+file of `tputool/backend`; an executable's key adds the process's devices (a rank's programs are its
+own). Anything unreadable, stale or failing to load is ignored and rebuilt: the cache can only save time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+
+_state: dict[str, Any] = {"root": None, "dir": None, "shapes": None, "new": {}, "off": False}
+
+
+def _fingerprint() -> str | None:
+    root = os.environ.get("TPUTOOL_CACHE_DIR")
+    if root is not None and root.lower() == "off":
+        return None
+    import jaxlib
+    import torch
+
+    import tputool
+
+    h = hashlib.sha256(f"{tputool.__version__} {torch.__version__} {jax.__version__} {jaxlib.__version__} "
+                       f"{jax.config.jax_enable_x64}".encode())
+    backend = Path(__file__).parent
+    for p in sorted(backend.rglob("*.py")):
+        st = p.stat()
+        h.update(f"{p.relative_to(backend)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    _state["dir"] = Path(root) / "fused" if root else Path.home() / ".cache" / "tputool" / "fused"
+    return h.hexdigest()[:32]
+
+
+def root_key() -> str | None:
+    """The key of the trie's root (the code fingerprint), or None when the disk cache is off."""
+    if _state["root"] is None:
+        _state["root"] = _fingerprint() or ""
+    return _state["root"] or None
+
+
+def child_key(parent: str | None, desc: Any) -> str | None:
+    """The key of the trie node reached from `parent` by node description `desc` (None: not kept)."""
+    if parent is None or _state["off"]:
+        return None
+    text = repr(desc)
+    if " at 0x" in text:
+        return None
+    return hashlib.sha256(f"{parent}\x00{text}".encode()).hexdigest()[:32]
+
+
+# -- shapes -----------------------------------------------------------------------------------------------
+
+def _encode(s: Any) -> Any:
+    if s is None:
+        return None
+    if isinstance(s, tuple | list):
+        return {"tuple" if isinstance(s, tuple) else "list": [_encode(x) for x in s]}
+    return [list(s.shape), str(s.dtype), bool(getattr(s, "weak_type", False))]
+
+
+def _decode(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        (kind, items), = v.items()
+        out = [_decode(x) for x in items]
+        return tuple(out) if kind == "tuple" else out
+    shape, dtype, weak = v
+    return jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype), weak_type=weak)
+
+
+def _shapes_path() -> Path:
+    return _state["dir"] / f"shapes-{_state['root']}.json"
+
+
+def _load_shapes() -> dict:
+    if _state["shapes"] is None:
+        try:
+            _state["shapes"] = json.loads(_shapes_path().read_text())
+        except (OSError, ValueError):
+            _state["shapes"] = {}
+    return _state["shapes"]
+
+
+def shapes(key: str) -> Any:
+    """The recorded output shapes of the trie node `key` (jax.ShapeDtypeStructs as eval_shape gives them), or
+    None when not on disk."""
+    v = _load_shapes().get(key)
+    if v is None:
+        return None
+    try:
+        return _decode(v)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def remember_shapes(key: str, out: Any) -> None:
+    """Keep the output shapes `out` of trie node `key`; written to disk by `save_shapes`."""
+    v = _encode(out)
+    _load_shapes()[key] = v
+    _state["new"][key] = v
+
+
+def save_shapes() -> None:
+    """Write the shapes learnt since the last save (merged with what other processes wrote meanwhile)."""
+    new = _state["new"]
+    if not new:
+        return
+    _state["new"] = {}
+    path = _shapes_path()
+    try:
+        try:
+            merged = json.loads(path.read_text())
+        except (OSError, ValueError):
+            merged = {}
+        merged.update(new)
+        _write(path, json.dumps(merged, separators=(",", ":")).encode())
+    except OSError:
+        pass
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# -- executables ------------------------------------------------------------------------------------------
+
+def trace_key(step_key: str | None, outs: tuple, donate: tuple, checked: frozenset) -> str | None:
+    """The key of the fused computation of a trace ending at trie node `step_key`, returning `outs`, donating
+    `donate`, with check records of the `checked` nodes; None when not kept."""
+    if step_key is None or _state["off"]:
+        return None
+    devices = [(d.platform, d.id) for d in jax.local_devices()]
+    where = f"{jax.process_index()}/{jax.process_count()} {devices}"
+    return hashlib.sha256(f"{step_key}\x00{outs}\x00{donate}\x00{sorted(checked)}\x00{where}".encode()).hexdigest()[:32]
+
+
+def _exe_path(key: str) -> Path:
+    return _state["dir"] / f"exe-{key}.bin"
+
+
+def load(key: str) -> Any:
+    """The compiled executable kept under `key` (a `jax.stages.Compiled`), or None."""
+    from jax.experimental import serialize_executable
+
+    if _state["off"]:
+        return None
+    try:
+        payload, in_tree, out_tree = pickle.loads(_exe_path(key).read_bytes())
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception:  # noqa: BLE001 - missing, truncated, stale or from another jaxlib: compile again
+        return None
+
+
+def save(key: str, compiled: Any) -> None:
+    """Keep `compiled` (a `jax.stages.Compiled`) under `key`; a failure only loses the saving."""
+    from jax.experimental import serialize_executable
+
+    if _state["off"]:
+        return
+    try:
+        _write(_exe_path(key), pickle.dumps(serialize_executable.serialize(compiled)))
+    except Exception:  # noqa: BLE001 - e.g. a read-only cache directory, an executable that cannot serialize
+        pass
+
+
+def lowerings_changed() -> None:
+    """A lowering was registered after traces were keyed (a program's own, not in the fingerprint): keep
+    nothing more on disk, and load nothing, in this process."""
+    if _state["root"] is not None:
+        _state["off"] = True
+
+
+def reset() -> None:
+    """Forget the fingerprint and the loaded shapes (tests change TPUTOOL_CACHE_DIR)."""
+    _state.update(root=None, dir=None, shapes=None, new={}, off=False)
