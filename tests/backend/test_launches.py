@@ -80,3 +80,27 @@ def test_fused_training_step_is_a_handful_of_launches_strict_one_per_op(dev: str
     assert all(n <= 10 for n in fused[1:]), fused  # a steady Fused step: a handful of programs
     assert all(n >= 40 for n in strict[1:]), strict  # Strict: forward, backward, clipping and AdamW op by op
     assert strict[-1] == strict[-2] and fused[-1] == fused[-2]  # the same count every steady step
+
+
+def test_the_default_mode_runs_a_steady_llama_step_in_a_handful_of_launches(dev: str) -> None:
+    """Issue 27's count: a steady training step of the built-in tiny Llama (AdamW, clipping, loss.item()) in
+    the default eager mode, with no mode set by the script, launches at most 10 device programs."""
+    from tputool.models.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig.tiny()
+    model = Llama(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, cfg.vocab_size, (2, 32)).to(dev)
+    counts = []
+    for _ in range(4):
+        n = events.total("launch")
+        opt.zero_grad(set_to_none=True)
+        logits = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
+        counts.append(events.total("launch") - n)
+    assert all(n <= 10 for n in counts[1:]), counts

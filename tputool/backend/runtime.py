@@ -24,7 +24,7 @@ from typing import Any
 
 
 class EagerMode(enum.Enum):
-    """How eager ops run: Debug, Strict (the default) or Fused, named as in torch_tpu."""
+    """How eager ops run: Debug, Strict or Fused (the default), named as in torch_tpu."""
 
     DEFER_NEVER_AND_LAUNCH_BLOCKING = "debug"
     """Debug: each op is compiled and run at once, and the host waits for it (errors point at the caller)."""
