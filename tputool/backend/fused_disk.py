@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import pickle
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -194,9 +195,17 @@ def save(key: str, compiled: Any) -> None:
 
 
 def lowerings_changed() -> None:
-    """A lowering was registered after traces were keyed (a program's own, not in the fingerprint): keep
-    nothing more on disk, and load nothing, in this process."""
-    if _state["root"] is not None:
+    """A lowering was registered: one from outside tputool's backend (a program's own, not in the fingerprint)
+    registered after traces were keyed means keeping nothing more on disk, and loading nothing, in this process."""
+    if _state["root"] is None or _state["off"]:
+        return
+    backend = str(Path(__file__).parent)
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(backend + os.sep + "lowerings" + os.sep + "__init__"):
+        f = f.f_back
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    if f is None or not f.f_code.co_filename.startswith(backend + os.sep):
         _state["off"] = True
 
 
