@@ -176,3 +176,59 @@ def test_nll_loss_backward_as_one_elementwise_expression(reduction):
                     a.log_softmax(1 if a.ndim > 1 else 0), t.to(a.device),
                     weight=None if weight is None else weight.to(a.device), reduction=reduction,
                     ignore_index=ignore), torch.randn(*shape))
+
+
+def _rnn_cases():
+    """(name, module, input, initial state, indices of the outputs the loss reads)."""
+    torch.manual_seed(0)
+    x, xc = torch.randn(5, 3, 4), torch.randn(3, 4)
+    h = (torch.randn(2, 3, 6), torch.randn(2, 3, 6))
+    return [
+        ("lstm", torch.nn.LSTM(4, 6, 2), x, h, (0, 1)),
+        ("lstm_no_bias", torch.nn.LSTM(4, 6, 1, bias=False), x, None, (0,)),
+        ("gru", torch.nn.GRU(4, 6, 2), x, h[0], (0, 1)),
+        ("gru_no_bias_batch_first", torch.nn.GRU(4, 6, 1, bias=False, batch_first=True), x, None, (0,)),
+        ("lstm_cell_cell_state_only", torch.nn.LSTMCell(4, 6), xc, (h[0][0], h[1][0]), (1,)),
+        ("gru_cell", torch.nn.GRUCell(4, 6), xc, h[0][1], (0,)),
+    ]
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [tree] if isinstance(tree, torch.Tensor) else [t for part in tree for t in _tensors(part)]
+
+
+@pytest.mark.parametrize("case", range(6), ids=[c[0] for c in _rnn_cases()])
+def test_rnn_modules_run_on_device_and_match_cpu(case, monkeypatch):
+    """nn.LSTM/GRU and their cells: ATen calls the fused cell kernels (_thnn_fused_*) for accelerator tensors,
+    which CPU lacks, so the CPU fallback could not run them (NotImplementedError). Outputs and the gradients
+    of input, initial state and weights against CPU, with no op on the fallback; the LSTM cell's loss reads its
+    cell state only (the backward's grad_hy is undefined)."""
+    import copy
+
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    _, mod, x, state, read = _rnn_cases()[case]
+    results = []
+    for dev in ("cpu", T):
+        m = copy.deepcopy(mod).to(dev)
+        leaves = [t.detach().clone().to(dev).requires_grad_() for t in [x, *([] if state is None else _tensors(state))]]
+        s = None if state is None else (tuple(leaves[1:]) if isinstance(state, tuple) else leaves[1])
+        out = m(leaves[0], s)
+        outs = _tensors([(out if isinstance(out, tuple) else (out,))[i] for i in read])
+        loss = sum((o * torch.linspace(-1, 1, o.numel()).reshape(o.shape).to(dev)).sum() for o in outs)
+        loss.backward()
+        results.append([o.detach() for o in outs] + [t.grad for t in leaves] + [p.grad for p in m.parameters()])
+    for got, ref in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got.cpu(), ref, atol=1e-5, rtol=1e-4)
+
+
+def test_fused_lstm_cell_bfloat16_accumulates_in_float32():
+    """As CUDA's kernel: bf16 gates in, the cell computed in float32, bf16 out (close to the float32 cell)."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(8, 16)
+    x, h, c = torch.randn(4, 8), torch.randn(4, 16), torch.randn(4, 16)
+    ref_h, ref_c = cell(x, (h, c))
+    bf = [t.to(torch.bfloat16).to(T) for t in (x, h, c)]
+    hy, cy = cell.to(torch.bfloat16).to(T)(bf[0], (bf[1], bf[2]))
+    assert hy.dtype == cy.dtype == torch.bfloat16
+    torch.testing.assert_close(hy.float().cpu(), ref_h.detach(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(cy.float().cpu(), ref_c.detach(), atol=3e-2, rtol=3e-2)

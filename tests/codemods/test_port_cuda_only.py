@@ -343,6 +343,9 @@ def test_a_cuda_only_and_check_is_kept_whole_and_still_false_on_tpu():
     assert 'NEW_CUDA = torch.cuda.is_available() and torch.version.cuda >= "11"' in out  # moved: TypeError on TPU
     assert 'OK = len("ab") > 1' in out  # no CUDA query beside it: bf16 is supported on TPU
     assert "TPU220" in codes(findings)
+    # the kept operand is reported where it is (a multi-line check otherwise shows only its first CUDA query)
+    kept = [(f.code, f.line) for f in findings if f.message.startswith("torch.cuda.is_bf16_supported() is one operand")]
+    assert kept == [("TPU220", 7)]
     original, ported = run(src), run(out)
     assert (original["NEW_CUDA"], original["BF16"]) == (ported["NEW_CUDA"], ported["BF16"]) == (False, False)
     assert ported["OK"] is True

@@ -386,7 +386,9 @@ bitsandbytes`, `if not torch.cuda.is_available(): return` before a CUDA hardware
 check protects is CUDA-only (the guarded code imports or uses apex, bitsandbytes, flash_attn, xformers, triton,
 RAPIDS, CuPy, ..., or queries CUDA hardware, or the check's message names such a library), moving the check to
 torch.tpu would let the CUDA-only code run (and fail later); it stays a CUDA check, so on TPU that code is skipped,
-or the assertion fails, as on any machine without CUDA. Other checks move with the device (TPU201). Replace the
+or the assertion fails, as on any machine without CUDA. Other checks move with the device (TPU201). A `torch.cuda`
+operand of an `and` check that also queries CUDA versions (`torch.version.cuda and torch.cuda.is_bf16_supported()
+and nccl.version() >= (2, 10)`) is kept and reported too: the check stays whole, False on TPU. Replace the
 dependency (see its own finding), then drop or move the check.""",
           'assert torch.cuda.is_available(), "CUDA required for APEX optimizers"', None,
           port=Port(triggers=("cuda", "cupy", "pycuda", "transformer_engine", "numba"))),

@@ -334,3 +334,77 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     g = jnp.where(keep, g, 0)
     hot = lax.broadcasted_iota(safe.dtype, self.shape, cd) == safe
     return (jnp.where(hot, -1.0, 0.0).astype(self.dtype) * g).astype(self.dtype)
+
+
+# The fused RNN cells. ATen's LSTM/GRU cells (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell) call them for CUDA,
+# XPU and PrivateUse1 tensors; CPU has no kernel for them, so the CPU fallback cannot run them. Same math and
+# workspace layout as CUDA's kernels: gates in the accumulation type, outputs and workspace in the input dtype.
+
+
+def _cell_args(gates, hidden, name):
+    if gates.ndim != 2 or hidden.ndim != 2:
+        raise RuntimeError(f"{name}: expected 2-D gates and hidden state, got {gates.ndim}-D and {hidden.ndim}-D")
+    return _acc(gates.dtype)
+
+
+def _biased(gates, bias, acc):
+    return gates.astype(acc) if bias is None else gates.astype(acc) + bias.astype(acc)
+
+
+@lowering(aten._thnn_fused_lstm_cell.default)
+def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    acc = _cell_args(input_gates, cx, "_thnn_fused_lstm_cell")
+    g = _biased(input_gates, input_bias, acc) + _biased(hidden_gates, hidden_bias, acc)
+    i, f, c, o = jnp.split(g, 4, axis=1)
+    i, f, c, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(c), jax.nn.sigmoid(o)
+    cy = f * cx.astype(acc) + i * c
+    hy = o * jnp.tanh(cy)
+    dt = input_gates.dtype
+    return hy.astype(dt), cy.astype(dt), jnp.concatenate([i, f, c, o], axis=1).astype(dt)
+
+
+@lowering(aten._thnn_fused_lstm_cell_backward_impl.default)
+def fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    acc = _cell_args(workspace, cx, "_thnn_fused_lstm_cell_backward")
+    i, f, c, o = (w.astype(acc) for w in jnp.split(workspace, 4, axis=1))
+    go = 0.0 if grad_hy is None else grad_hy.astype(acc)
+    gc = 0.0 if grad_cy is None else grad_cy.astype(acc)
+    t = jnp.tanh(cy.astype(acc))
+    gcx = go * o * (1 - t * t) + gc
+    gates = jnp.concatenate([gcx * c * (1 - i) * i, gcx * cx.astype(acc) * (1 - f) * f, gcx * i * (1 - c * c),
+                             go * t * (1 - o) * o], axis=1)
+    dt = workspace.dtype
+    grad_gates = gates.astype(dt)
+    grad_bias = jnp.sum(grad_gates.astype(acc), axis=0).astype(dt) if has_bias else None
+    return grad_gates, (gcx * f).astype(dt), grad_bias
+
+
+@lowering(aten._thnn_fused_gru_cell.default)
+def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    acc = _cell_args(input_gates, hx, "_thnn_fused_gru_cell")
+    ir, ii, in_ = jnp.split(_biased(input_gates, input_bias, acc), 3, axis=1)
+    hr, hi, hn = jnp.split(_biased(hidden_gates, hidden_bias, acc), 3, axis=1)
+    r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(ii + hi)
+    n = jnp.tanh(in_ + r * hn)
+    h = hx.astype(acc)
+    dt = input_gates.dtype
+    return (n + z * (h - n)).astype(dt), jnp.concatenate([r, z, n, h, hn], axis=1).astype(dt)
+
+
+@lowering(aten._thnn_fused_gru_cell_backward.default)
+def fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    acc = _cell_args(workspace, grad_hy, "_thnn_fused_gru_cell_backward")
+    r, z, n, h, hn = (w.astype(acc) for w in jnp.split(workspace, 5, axis=1))
+    go = grad_hy.astype(acc)
+    gz = go * (h - n) * (1 - z) * z
+    gn = go * (1 - z) * (1 - n * n)
+    gr = gn * hn * (1 - r) * r
+    dt = workspace.dtype
+    g_in = jnp.concatenate([gr, gz, gn], axis=1).astype(dt)
+    g_hid = jnp.concatenate([gr, gz, gn * r], axis=1).astype(dt)
+    if not has_bias:
+        return g_in, g_hid, (go * z).astype(dt), None, None
+    return (g_in, g_hid, (go * z).astype(dt), jnp.sum(g_in.astype(acc), axis=0).astype(dt),
+            jnp.sum(g_hid.astype(acc), axis=0).astype(dt))

@@ -154,8 +154,9 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
 
 
 def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
-    """TPU203/TPU220: a CUDA hardware query, or an availability check guarding CUDA-only code, stays CUDA
-    (held whole: its arguments are not moved either) and is reported; True when so."""
+    """TPU203/TPU220: a CUDA hardware query, an availability check guarding CUDA-only code, or a torch.cuda operand
+    of an `and` check that queries CUDA versions stays CUDA (held whole: its arguments are not moved either) and is
+    reported; True when so."""
     from tputool.codemods.python.cuda_only import (
         PROPERTIES,
         cuda_query,
@@ -177,8 +178,10 @@ def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
         t.fire("TPU220", call, fixable=False,
                message=f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
                        "code is skipped (or the check fails) on TPU as on any machine without CUDA")
-    elif key.startswith("torch.cuda.") and in_cuda_only_conjunction(t, call):
-        pass  # one operand of a CUDA-only `and` check: the check stays whole, reported at its CUDA query
+    elif key.startswith("torch.cuda.") and (what := in_cuda_only_conjunction(t, call)):
+        t.fire("TPU220", call, fixable=False,
+               message=f"{key}() is one operand of an `and` check that also queries CUDA ({what}): the check is "
+                       "kept whole as a CUDA check, False on TPU as on any machine without CUDA")
     else:
         return False
     t.hold(call)

@@ -158,17 +158,18 @@ def _cuda_only_in(t: PortBase, root: cst.CSTNode) -> str | None:
     return None
 
 
-def in_cuda_only_conjunction(t: PortBase, node: cst.CSTNode) -> bool:
-    """True for an operand of an `and` chain that also queries CUDA hardware or library versions
-    (`torch.version.cuda and torch.cuda.is_bf16_supported() and nccl.version() >= (2, 10)`): the chain is one CUDA
-    check, kept whole (moving one operand changes nothing on TPU but half-moves the check)."""
+def in_cuda_only_conjunction(t: PortBase, node: cst.CSTNode) -> str | None:
+    """For an operand of an `and` chain that also queries CUDA hardware or library versions
+    (`torch.version.cuda and torch.cuda.is_bf16_supported() and nccl.version() >= (2, 10)`), the CUDA query found
+    ("torch.version.cuda"), else None: the chain is one CUDA check, kept whole (moving one operand changes nothing
+    on TPU but half-moves the check)."""
     top, parent = node, t.parent(node)
     while isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And):
         top, parent = parent, t.parent(parent)
     if top is node:
-        return False
+        return None
     t.know_parents(top)
-    return _cuda_only_in(t, top) is not None
+    return _cuda_only_in(t, top)
 
 
 def guarded_cuda_only(t: PortBase, check: cst.Call) -> str | None:
