@@ -6,7 +6,7 @@ static arguments, input wiring, shapes and dtypes: no Python ids or addresses; a
 holds an address, " at 0x", gets no key, nor does anything below it). Under those keys this module keeps,
 in `$TPUTOOL_CACHE_DIR/fused` (or `~/.cache/tputool/fused`; `TPUTOOL_CACHE_DIR=off` turns it off):
 
-- the output shapes of each recorded node (one JSON map per code fingerprint), so recording a known step in
+- the output shapes of each recorded node (one JSON-lines file per code fingerprint, appended to), so recording a known step in
   a new process needs no abstract evaluation of its ops (`jax.eval_shape`, a trace per op);
 - each fused computation's compiled executable (`jax.experimental.serialize_executable`), so its flush
   loads it instead of tracing, lowering and compiling (JAX's own persistent cache still has to trace and
@@ -92,15 +92,23 @@ def _decode(v: Any) -> Any:
 
 
 def _shapes_path() -> Path:
-    return _state["dir"] / f"shapes-{_state['root']}.json"
+    return _state["dir"] / f"shapes-{_state['root']}.jsonl"
 
 
 def _load_shapes() -> dict:
     if _state["shapes"] is None:
+        known: dict = {}
         try:
-            _state["shapes"] = json.loads(_shapes_path().read_text())
-        except (OSError, ValueError):
-            _state["shapes"] = {}
+            with open(_shapes_path(), "rb") as f:
+                for line in f:
+                    try:
+                        k, v = json.loads(line)
+                    except ValueError:
+                        continue  # (a line cut short by a crash: its entries are learnt again)
+                    known[k] = v
+        except OSError:
+            pass
+        _state["shapes"] = known
     return _state["shapes"]
 
 
@@ -124,19 +132,21 @@ def remember_shapes(key: str, out: Any) -> None:
 
 
 def save_shapes() -> None:
-    """Write the shapes learnt since the last save (merged with what other processes wrote meanwhile)."""
+    """Append the shapes learnt since the last save to the fingerprint's file (one JSON line per node, written
+    with one append: processes sharing the directory add their lines whole)."""
     new = _state["new"]
     if not new:
         return
     _state["new"] = {}
+    data = "".join(json.dumps([k, v], separators=(",", ":")) + "\n" for k, v in new.items()).encode()
     path = _shapes_path()
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            merged = json.loads(path.read_text())
-        except (OSError, ValueError):
-            merged = {}
-        merged.update(new)
-        _write(path, json.dumps(merged, separators=(",", ":")).encode())
+            os.write(fd, data)
+        finally:
+            os.close(fd)
     except OSError:
         pass
 
