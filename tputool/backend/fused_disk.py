@@ -6,16 +6,17 @@ static arguments, input wiring, shapes and dtypes: no Python ids or addresses; a
 holds an address, " at 0x", gets no key, nor does anything below it). Under those keys this module keeps,
 in `$TPUTOOL_CACHE_DIR/fused` (or `~/.cache/tputool/fused`; `TPUTOOL_CACHE_DIR=off` turns it off):
 
-- the output shapes of each recorded node (one JSON-lines file per code fingerprint, appended to), so recording a known step in
-  a new process needs no abstract evaluation of its ops (`jax.eval_shape`, a trace per op);
+- the output shapes of each recorded node (one JSON-lines file per code fingerprint, appended to), so
+  recording a known step in a new process needs no abstract evaluation of its ops (`jax.eval_shape`, a trace per op);
 - each fused computation's compiled executable (`jax.experimental.serialize_executable`), so its flush
   loads it instead of tracing, lowering and compiling (JAX's own persistent cache still has to trace and
   lower a computation to find its key).
 
-The root key is a fingerprint of the code that gives the shapes and the programs their meaning: the
-versions of tputool, torch, jax and jaxlib, JAX's x64 flag, and the size and modification time of every
-file of `tputool/backend`; an executable's key adds the process's devices (a rank's programs are its
-own). Anything unreadable, stale or failing to load is ignored and rebuilt: the cache can only save time.
+The root key is a fingerprint of the code that gives the shapes and the programs their meaning: the versions of
+tputool, torch, jax and jaxlib, JAX's x64 flag, and the size and modification time of every file of
+`tputool/backend`; an executable's key adds the process's devices. Executables are not kept in a multi-process
+run (JAX's distributed runtime), where the shapes still are. Anything unreadable, stale or failing to load is
+ignored and rebuilt: the cache can only save time.
 """
 
 from __future__ import annotations
@@ -168,11 +169,11 @@ def _write(path: Path, data: bytes) -> None:
 def trace_key(step_key: str | None, outs: tuple, donate: tuple, checked: frozenset) -> str | None:
     """The key of the fused computation of a trace ending at trie node `step_key`, returning `outs`, donating
     `donate`, with check records of the `checked` nodes; None when not kept."""
-    if step_key is None or _state["off"]:
-        return None
+    if step_key is None or _state["off"] or jax.process_count() > 1:
+        return None  # (across processes a program lowered ahead of its call is placed for every process's devices)
     devices = [(d.platform, d.id) for d in jax.local_devices()]
-    where = f"{jax.process_index()}/{jax.process_count()} {devices}"
-    return hashlib.sha256(f"{step_key}\x00{outs}\x00{donate}\x00{sorted(checked)}\x00{where}".encode()).hexdigest()[:32]
+    text = f"{step_key}\x00{outs}\x00{donate}\x00{sorted(checked)}\x00{devices}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _exe_path(key: str) -> Path:
