@@ -117,8 +117,6 @@ class _Step:
 
 
 _ROOT = _Step(None)
-_ROOT.key = fused_disk.root_key
-"""(the root's key is the code fingerprint, worked out at the first trace: see `_root_key`)"""
 
 
 class Trace:
@@ -378,10 +376,8 @@ _UNUSED_DONATION = "Some donated buffers were not usable"
 
 
 def _step_key(step: _Step) -> str | None:
-    key = step.key
-    if callable(key):  # (the root, at the first trace: the code fingerprint, or None with the cache off)
-        key = step.key = key()
-    return key
+    """`step`'s disk cache key; the root's is the code fingerprint (None with the cache off)."""
+    return fused_disk.root_key() if step is _ROOT else step.key
 
 
 class _Kept:

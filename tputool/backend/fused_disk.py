@@ -63,7 +63,7 @@ def root_key() -> str | None:
 
 def child_key(parent: str | None, desc: Any) -> str | None:
     """The key of the trie node reached from `parent` by node description `desc` (None: not kept)."""
-    if parent is None or _state["off"]:
+    if parent is None or _state["off"] or root_key() is None:
         return None
     text = repr(desc)
     if " at 0x" in text:
@@ -93,6 +93,7 @@ def _decode(v: Any) -> Any:
 
 
 def _shapes_path() -> Path:
+    root_key()
     return _state["dir"] / f"shapes-{_state['root']}.jsonl"
 
 
@@ -169,7 +170,7 @@ def _write(path: Path, data: bytes) -> None:
 def trace_key(step_key: str | None, outs: tuple, donate: tuple, checked: frozenset) -> str | None:
     """The key of the fused computation of a trace ending at trie node `step_key`, returning `outs`, donating
     `donate`, with check records of the `checked` nodes; None when not kept."""
-    if step_key is None or _state["off"] or jax.process_count() > 1:
+    if step_key is None or _state["off"] or root_key() is None or jax.process_count() > 1:
         return None  # (across processes a program lowered ahead of its call is placed for every process's devices)
     devices = [(d.platform, d.id) for d in jax.local_devices()]
     text = f"{step_key}\x00{outs}\x00{donate}\x00{sorted(checked)}\x00{devices}"
@@ -177,6 +178,7 @@ def trace_key(step_key: str | None, outs: tuple, donate: tuple, checked: frozens
 
 
 def _exe_path(key: str) -> Path:
+    root_key()
     return _state["dir"] / f"exe-{key}.bin"
 
 
