@@ -342,8 +342,9 @@ class Trace:
         checked = frozenset(c[0] for c in self.checks)
         fn = jax.jit(_runner(list(self.nodes), outs, checked), donate_argnums=donate)
         fused_disk.save_shapes()
+        one_device = all(len(v.sharding.device_set) == 1 for v in self.ext if isinstance(v, jax.Array))
         tkey = (fused_disk.trace_key(self.step.key, outs, donate, checked)
-                if self.step.key is not None and runtime.STATE.abstract is None else None)
+                if self.step.key is not None and runtime.STATE.abstract is None and one_device else None)
         if tkey is None:
             return fn
         return _Kept(fn, tkey)
@@ -380,10 +381,14 @@ def _step_key(step: _Step) -> str | None:
     return fused_disk.root_key() if step is _ROOT else step.key
 
 
+_JIT_ONLY = object()
+"""(`_Kept.exe` once a call's inputs did not match the executable: the jitted function runs from then on)"""
+
+
 class _Kept:
     """A fused computation kept in the disk cache: its first call loads the executable (or compiles and saves
-    it); a call whose inputs' types differ from the executable's (e.g. a weakly typed input) runs the jitted
-    function instead. Looks like a jitted function to `cache.call` (`_cache_size`: executables this process
+    it); once a call's inputs differ from the executable's in type or placement (e.g. sharded over a mesh),
+    the jitted function runs instead. Looks like a jitted function to `cache.call` (`_cache_size`: executables this process
     built, loaded ones included, as JAX counts one it finds in its own persistent cache: `tputool diagnose`
     reports compiles as a TPU's empty cache would have them)."""
 
@@ -404,9 +409,12 @@ class _Kept:
                 if persistent_cache.stats["hits"] == hits:  # (XLA:CPU cannot serialize what JAX's cache loaded)
                     fused_disk.save(self.key, exe)
             self.exe = exe
+        elif self.exe is _JIT_ONLY:
+            return self.jitted(*ext)
         try:
             return self.exe(*ext)
-        except TypeError:  # (inputs of other types than it was compiled for: jax.jit handles them)
+        except (TypeError, ValueError):  # (inputs of other types or placements than it was compiled for, e.g.
+            self.exe = _JIT_ONLY        # sharded over a mesh: refused before running; jax.jit handles them)
             return self.jitted(*ext)
 
 
