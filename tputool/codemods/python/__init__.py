@@ -113,9 +113,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
         builder.add(tree)
         levels.append(import_levels(tree, lines))
     del tree
-    index = builder.index(RELEVANT_ROOTS)
-    if not index.exact:  # scope analysis, or a relevant name imported twice: the whole file
-        return None
+    index = builder.index(RELEVANT_ROOTS)  # inexact: names resolve by scope analysis, per window (speed/scopes.py)
     depth = max(map(len, levels))
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
     del levels
@@ -128,11 +126,14 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
             hidden.append((units[0][0], first - 1))
         if k + 1 < len(ranges):
             hidden.append((units[ranges[k + 1][2]][0], units[-1][1]))
-        tree = window_ast(first, last)
-        if tree is None:
-            return None
-        masks.append(hider.mask(tree.body, hidden))
-        del tree
+        if index.exact:
+            tree = window_ast(first, last)
+            if tree is None:
+                return None
+            masks.append(hider.mask(tree.body, hidden))
+            del tree
+        else:  # hiding a cold statement would change what a name means in scope analysis: only other windows
+            masks.append(hider.mask([], hidden))
     del hider
     return _port_masks(source, list(zip(((f, la) for f, la, _ in ranges), masks, strict=True)), path, settings,
                        index, imports)
@@ -151,10 +152,10 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
     findings: list[Finding] = []
     begin = 0  # characters before the window (the windows follow each other from the first line)
     collector = Collector()
-    for (first, last), masked in windows:
+    for k, ((first, last), masked) in enumerate(windows):
         own = "".join(masked.lines[first - 1:last])
         try:
-            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts)
+            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts, window=k)
         except cst.ParserSyntaxError:
             return None
         collector.parsed(len(own))
@@ -191,23 +192,33 @@ def _trigger_names(targets: dict[str, str]) -> list[str]:
     return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
 
 
-def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None
+def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None, window: int = 0
           ) -> tuple[str, list[Finding]] | None:
     """Run the rules over `source`; None when a part of the file was hidden and a rewrite needs it all.
 
     (Adding `import torch` and pruning imports left unused look at the whole module.) `imports` is
     names.top_imports() of the whole file, or None to read them from `source`.
     """
-    from tputool.codemods.python.transformer import PortTransformer, ScopedPortTransformer
+    from tputool.codemods.python.speed.scopes import outside
+    from tputool.codemods.python.transformer import (
+        PortTransformer,
+        ScopedPortTransformer,
+        WindowScopedPortTransformer,
+    )
 
     module = cst.parse_module(source)
     context = CodemodContext(filename=path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    cls = PortTransformer if index.exact else ScopedPortTransformer
+    scoped_window = facts is not None and not index.exact
+    cls = PortTransformer if index.exact else WindowScopedPortTransformer if scoped_window else ScopedPortTransformer
     transformer = cls(context, source, path, settings, wrapper, index, imports)
-    if facts is not None:  # a window of a large file: the file-level facts come from all of it (speed/windows.py)
+    if facts is not None:  # window `window` of a large file: the file-level facts come from all of it (windows.py)
         facts.apply(transformer)
-    new_module = wrapper.visit(transformer)
+    if scoped_window:
+        with outside(*facts.outside(window, source)):
+            new_module = wrapper.visit(transformer)
+    else:
+        new_module = wrapper.visit(transformer)
     transformer.finish()
     if not whole and (transformer.needs_whole or (facts is not None and transformer.removed_top)):
         return None
