@@ -156,7 +156,7 @@ def test_sample_repo_output_is_unchanged_by_masking() -> None:
         assert port_python(src, path.name, Settings()) == _whole(src, Settings(), path.name), path
 
 
-# ---- large files, a window at a time (WINDOW_CHARS): tiny windows put every module-level statement in its own ----
+# ---- large files, a window at a time (WINDOW_CHARS, WINDOW_SIZE): tiny windows put every module-level statement in its own ----
 
 @pytest.fixture
 def tiny_windows(monkeypatch):
@@ -172,6 +172,7 @@ def tiny_windows(monkeypatch):
         return result
 
     monkeypatch.setattr(engine, "WINDOW_CHARS", 1)
+    monkeypatch.setattr(engine, "WINDOW_SIZE", 1)
     monkeypatch.setattr(engine, "_port_windows", spy)
     return done
 

@@ -103,16 +103,21 @@ class FileFacts:
     sets_cuda_default: bool
     device_names: frozenset[str]
     reported_once: set[str] = field(default_factory=set)  # shared by the windows, in file order
-    # where names need scope analysis (an inexact index): each window's module-level bindings (scopes.py)
-    bindings: list[list[Binding]] | None = None
+    # where names need scope analysis (an inexact index): the file's module-level bindings (scopes.py) by the
+    # name's first part, each with the window it is in
+    bindings: dict[str, list[tuple[int, Binding]]] | None = None
 
     def outside(self, k: int, text: str) -> tuple[list[Binding], list[Binding]]:
         """The module-level bindings of the windows before window `k` and of those after it, of the names that
         window `k` (`text`) holds (no other name is looked up there)."""
         assert self.bindings is not None
-        words = set(_WORD.findall(text))
-        return ([b for w in self.bindings[:k] for b in w if b.name.split(".", 1)[0] in words],
-                [b for w in self.bindings[k + 1:] for b in w if b.name.split(".", 1)[0] in words])
+        earlier: list[Binding] = []
+        later: list[Binding] = []
+        for word in set(_WORD.findall(text)) & self.bindings.keys():
+            for j, b in self.bindings[word]:
+                if j != k:
+                    (earlier if j < k else later).append(b)
+        return earlier, later
 
     def apply(self, t) -> None:
         """Give these facts to a window's transformer (a PortBase)."""
@@ -179,7 +184,8 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
     optional: set[str] = set()
     sets_default = False
     assigns: list = []
-    bindings: list[list[Binding]] = []
+    bindings: dict[str, list[tuple[int, Binding]]] = {}
+    n = 0  # windows read
     naming: list[tuple[int, str]] = []  # windows naming set_default_tensor_type, under an inexact index
     collector = Collector()
     for window in window_texts:
@@ -188,9 +194,11 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
         if index.exact:
             sets_default = sets_default or sets_cuda_default(names, module)
         else:
-            bindings.append(global_bindings(module))
+            for b in global_bindings(module):
+                bindings.setdefault(b.name.split(".", 1)[0], []).append((n, b))
             if "set_default_tensor_type" in window:
-                naming.append((len(bindings) - 1, window))
+                naming.append((n, window))
+        n += 1
         assigns += device_assigns(module)
         del module
         collector.parsed(len(window))
