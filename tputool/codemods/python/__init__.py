@@ -104,9 +104,10 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
 
     def window_ast(first: int, last: int):  # line numbers as in the file
         try:
-            return ast.parse("\n" * (first - 1) + "".join(lines[first - 1:last]))
+            tree = ast.parse("".join(lines[first - 1:last]))
         except (SyntaxError, ValueError):
             return None
+        return ast.increment_lineno(tree, first - 1)
 
     builder, levels = IndexBuilder(), []
     for first, last, _ in ranges:
@@ -141,8 +142,9 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     # the lines between a window's last one and the first statement of the next show in both (the next one's)
     shown = [units[ranges[k + 1][2]][0] - last - 1 if k + 1 < len(ranges) else None
              for k, (_, last, _) in enumerate(ranges)]
-    return _port_masks(source, list(zip(((f, la) for f, la, _ in ranges), masks, shown, strict=True)), path,
-                       settings, index, imports)
+    windows = list(zip(((f, la) for f, la, _ in ranges), masks, shown, strict=True))
+    del masks  # _port_masks lets go of each window once it is ported
+    return _port_masks(source, windows, path, settings, index, imports)
 
 
 def _port_masks(source: str, windows: list, path: str, settings: Settings, index, imports
@@ -158,7 +160,9 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
     pieces: list[str] = []
     findings: list[Finding] = []
     collector = Collector()
-    for k, ((first, last), masked, shown) in enumerate(windows):
+    for k in range(len(windows)):
+        (first, last), masked, shown = windows[k]
+        windows[k] = None
         own = "".join(masked.lines[first - 1:last])
         try:
             done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts, window=k)
