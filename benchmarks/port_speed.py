@@ -156,9 +156,7 @@ else:
     import tputool.codemods.python as python
     from tputool.codemods import engine
     from tputool.codemods.config import ProjectConfig
-    data = path.read_bytes()
-    if mode == "base":
-        data = sys.argv[3].encode()
+    data = sys.argv[3].encode() if mode == "base" else path.read_bytes()
     if mode == "whole":
         python.WINDOW_CHARS = len(data) + 1
     real = python._port_windows

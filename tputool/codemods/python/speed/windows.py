@@ -191,8 +191,8 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
     for window in window_texts:
         module = cst.parse_module(window)
         optional |= optional_names(module)
-        if index.exact:
-            sets_default = sets_default or sets_cuda_default(names, module)
+        if index.exact:  # (the call's name is spelled out in the text wherever it is found: a cheap test first)
+            sets_default = sets_default or ("set_default_tensor_type" in window and sets_cuda_default(names, module))
         else:
             for b in global_bindings(module):
                 bindings.setdefault(b.name.split(".", 1)[0], []).append((n, b))
