@@ -10,15 +10,22 @@ Then, side by side in one run, times
   port-N    the same with jobs=N;
 and prints the ratios port/floor. Targets: heavy port-N <= 1.3x floor-N; sparse well under 1x.
 
-With --memory SIZES (MB, e.g. 1,5): two files per size, `modules` (the same torch modules with the CUDA
-snippet after each: most statements cold) and `hot` (copies of the snippet: every statement hot), and the peak resident memory and time of a fresh process that
-  parse    only parses it with libcst (libcst's tree of the whole file),
-  port     ports it (tputool's port_python, what `tputool port --max-file-size 100MB` runs on it: a file over
-           WINDOW_CHARS is rewritten a window of module-level statements at a time),
-  whole    ports it with windows off (the whole file's libcst tree at once, as before windows),
-printed per MB of source, interleaved. Files over --max-file-size (default 1 MB) are skipped by `port` (TPU940).
+With --memory SIZES (MB, e.g. 1,3,5): three files per size,
+  modules  the same torch modules with the CUDA snippet after each (most statements cold),
+  hot      copies of the snippet (every statement hot),
+  scoped   hot copies that also take a `device` argument next to `from torch import device` (the name index is
+           inexact: port resolves names with libcst's scope analysis),
+and the peak resident memory and time of a fresh process that
+  base     ports a tiny file (the same imports and rules loaded: what any port costs),
+  parse    only parses the file with libcst (libcst's tree of the whole file),
+  port     runs `tputool port`'s analysis of it (engine.run_source: decode, port_python, the unified diff; a file
+           over WINDOW_CHARS is rewritten a window of module-level statements at a time),
+  whole    the same with windows off (libcst's tree of the whole file at once, as before windows; only for
+           sizes up to --whole-max MB: it needs ~0.5 GB per MB),
+printed as MB above `base` per MB of source, interleaved. Files over --max-file-size (default 1 MB) are skipped
+by `port` (TPU940); the benchmark lifts that limit.
 
-Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1] [--memory 1,5]
+Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1] [--memory 1,3,5 [--whole-max 3]]
 """
 
 from __future__ import annotations
@@ -140,23 +147,30 @@ def port(root: Path, jobs: int) -> tuple[float, int, int]:
 
 _PEAK = """
 import resource, sys
-src = open(sys.argv[2]).read()
-if sys.argv[1] == "parse":
+from pathlib import Path
+mode, path = sys.argv[1], Path(sys.argv[2])
+if mode == "parse":
     import libcst
-    libcst.parse_module(src)
+    libcst.parse_module(path.read_text(encoding="utf-8"))
 else:
-    import tputool.codemods.python as engine
-    from tputool.rules.model import Settings
-    if sys.argv[1] == "whole":
-        engine.WINDOW_CHARS = len(src) + 1
-    real = engine._port_windows
+    import tputool.codemods.python as python
+    from tputool.codemods import engine
+    from tputool.codemods.config import ProjectConfig
+    data = sys.argv[3].encode() if mode == "base" else path.read_bytes()
+    if mode == "whole":
+        python.WINDOW_CHARS = len(data) + 1
+    real = python._port_windows
     def spy(*args):
         result = real(*args)
         print("windowed" if result is not None else "fell-back-whole")
         return result
-    engine._port_windows = spy
-    engine.port_python(src, sys.argv[2], Settings())
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    python._port_windows = spy
+    res = engine.run_source(data, str(path), ProjectConfig(root=path.parent, max_file_size=len(data) + 1))
+    assert res.files[0].status == engine.CHANGED, res.files[0].status
+try:  # this process's own peak (ru_maxrss keeps the forking parent's across exec on Linux)
+    print(int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")).split()[1]) * 1024)
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
@@ -198,38 +212,58 @@ def big_file(base: Path, megabytes: float) -> Path:
     return path
 
 
-def hot_file(base: Path, megabytes: float) -> Path:
-    """One file of about `megabytes` MB where every statement is hot: copies of the CUDA snippet."""
-    body = SNIPPET.replace("import torch as _bench_torch\n", "")
-    out, n, i = ["import torch as _bench_torch\n"], 0, 0
+# The scoped file's extra per copy: a `device` parameter shadows the module's `from torch import device`, so the
+# name index is inexact and port resolves names with libcst's scope analysis (as in a real file doing the same).
+SCOPED = '''
+
+def _bench_place(x, device):
+    return x.to(device)
+
+
+_bench_default = device("cuda")
+'''
+
+
+def hot_file(base: Path, megabytes: float, scoped: bool = False) -> Path:
+    """One file of about `megabytes` MB where every statement is hot: copies of the CUDA snippet (`scoped`: each
+    with SCOPED after it, the file importing `device` from torch)."""
+    body = SNIPPET.replace("import torch as _bench_torch\n", "") + (SCOPED if scoped else "")
+    head = "import torch as _bench_torch\n" + ("from torch import device\n" if scoped else "")
+    out, n, i = [head], 0, 0
     while n < megabytes * 1e6:
-        out.append(body.replace("_bench_train_step", f"_bench_train_step_{i}"))
+        out.append(body.replace("_bench_train_step", f"_bench_train_step_{i}")
+                   .replace("_bench_place", f"_bench_place_{i}").replace("_bench_default", f"_bench_default_{i}"))
         n += len(out[-1])
         i += 1
-    path = base / f"hot_{megabytes:g}mb.py"
+    path = base / f"{'scoped' if scoped else 'hot'}_{megabytes:g}mb.py"
     path.write_text("".join(out), encoding="utf-8")
     return path
 
 
 def peak_bytes(mode: str, path: Path) -> tuple[int, str]:
-    """Peak RSS of a fresh process that parses (`parse`) or ports (`port`, or `whole`: with no windows) `path`,
-    and whether port went window by window."""
-    run = subprocess.run([sys.executable, "-c", _PEAK, mode, str(path)], capture_output=True, text=True,
+    """Peak RSS of a fresh process that parses (`parse`) or ports (`port`, or `whole`: with no windows) `path`
+    (`base`: ports a tiny file instead), and whether port went window by window."""
+    run = subprocess.run([sys.executable, "-c", _PEAK, mode, str(path), SNIPPET], capture_output=True, text=True,
                          check=True, env={**os.environ, "TPUTOOL_BACKEND": "0"})
     words = run.stdout.split()
     return int(words[-1]), (words[0] if len(words) > 1 else "-")
 
 
-def memory(sizes: list[float], repeat: int) -> None:
-    """Print the peak memory per MB of source of parse vs port (by windows) vs port whole, one file per size."""
+MEMORY_FILES = {"modules": big_file, "hot": hot_file, "scoped": lambda base, mb: hot_file(base, mb, scoped=True)}
+
+
+def memory(sizes: list[float], repeat: int, whole_max: float, kinds: list[str]) -> None:
+    """Print the peak memory above a tiny file's port, per MB of source: libcst's parse vs port (by windows) vs
+    port whole, one file per size and kind."""
     base = Path(tempfile.mkdtemp(prefix="tputool-bench-mem-"))
-    modes = ("parse", "port", "whole")
     try:
-        print(f"{'file':>7} {'file MB':>8} {'parse MB':>9} {'port MB':>8} {'whole MB':>9} {'parse/MB':>9} {'port/MB':>8} "
-              f"{'whole/MB':>9} {'port s':>7} {'whole s':>8}  port went")
-        for kind, size in ((k, z) for z in sizes for k in ("modules", "hot")):
-            path = (big_file if kind == "modules" else hot_file)(base, size)
+        print(f"{'file':>7} {'MB':>5} {'base':>5} {'parse':>6} {'port':>6} {'whole':>6} {'parse/MB':>8} "
+              f"{'port/MB':>8} {'whole/MB':>8} {'port s':>7} {'whole s':>7}  port went")
+        print(f"{'':>7} {'':>5} {'(peak MB)':>20} {'':>6} {'(MB above base, per MB of source)':>35}")
+        for kind, size in ((k, z) for z in sizes for k in kinds):
+            path = MEMORY_FILES[kind](base, size)
             mb = path.stat().st_size / 1e6
+            modes = ("base", "parse", "port") + (("whole",) if size <= whole_max else ())
             runs: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
             how = "-"
             for _ in range(repeat):  # interleaved
@@ -238,10 +272,17 @@ def memory(sizes: list[float], repeat: int) -> None:
                     peak, went = peak_bytes(mode, path)
                     runs[mode].append((peak / 1e6, time.perf_counter() - t))
                     how = went if mode == "port" else how
-            parse, port_, whole = (min(r[0] for r in runs[m]) for m in modes)
-            port_s, whole_s = (min(r[1] for r in runs[m]) for m in ("port", "whole"))
-            print(f"{kind:>7} {mb:8.2f} {parse:9.0f} {port_:8.0f} {whole:9.0f} {parse / mb:9.0f} {port_ / mb:8.0f} "
-                  f"{whole / mb:9.0f} {port_s:7.1f} {whole_s:8.1f}  {how}", flush=True)
+            peak = {m: min(r[0] for r in runs[m]) for m in modes}
+            secs = {m: min(r[1] for r in runs[m]) for m in modes}
+            above = {m: (peak[m] - peak["base"]) / mb for m in modes}
+
+            def cell(m: str, value: dict, fmt: str, width: int) -> str:
+                return format(value[m], fmt).rjust(width) if m in value else "-".rjust(width)
+
+            print(f"{kind:>7} {mb:5.2f} {peak['base']:5.0f} {peak['parse']:6.0f} {peak['port']:6.0f} "
+                  f"{cell('whole', peak, '.0f', 6)} {above['parse']:8.1f} {above['port']:8.1f} "
+                  f"{cell('whole', above, '.1f', 8)} {secs['port']:7.1f} {cell('whole', secs, '.1f', 7)}  {how}",
+                  flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -252,10 +293,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=1, help="take the best of this many timings")
     ap.add_argument("--trees", default="sparse,heavy")
-    ap.add_argument("--memory", help="peak memory per MB of source instead: file sizes in MB, e.g. 1,5")
+    ap.add_argument("--memory", help="peak memory per MB of source instead: file sizes in MB, e.g. 1,3,5")
+    ap.add_argument("--whole-max", type=float, default=3, help="--memory: port whole only files up to this many MB")
+    ap.add_argument("--kinds", default="modules,hot,scoped", help="--memory: which files")
     args = ap.parse_args()
     if args.memory:
-        memory([float(x) for x in args.memory.split(",")], args.repeat)
+        memory([float(x) for x in args.memory.split(",")], args.repeat, args.whole_max, args.kinds.split(","))
         return
     os.environ.setdefault("TPUTOOL_BACKEND", "0")
     import libcst  # noqa: F401

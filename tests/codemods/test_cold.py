@@ -56,6 +56,49 @@ TRICKY = [
     "import torch\nfor k, v in d.items():\n    print(sorted(v))\nfor x in xs:\n    y = x.item()\n",
 ]
 
+# Files whose names need scope analysis (the import index is inexact): ported a window at a time, each window's
+# scope analysis is given the other windows' module-level bindings (speed/scopes.py).
+SCOPED = [
+    # a torch name rebound later: module-level uses see the bindings before them, functions see all of them
+    "from torch import device\nx = device('cuda')\n\ndef f():\n    return device('cuda')\n\n"
+    "device = 'cpu'\ny = device('cuda')\nz = torch.zeros(1).cuda()\n",
+    # `global` in a function rebinds the module's torch
+    "import torch\n\ndef setup():\n    global torch\n    import torch_xla as torch\n\ndef g(m):\n    return m.cuda()\n\n"
+    "torch.cuda.synchronize()\n",
+    # a class body binds the name; its methods do not see it
+    "from torch import device\n\nclass K:\n    device = 'x'\n\n    def m(self):\n        return device('cuda')\n\n"
+    "    d = device\n\nw = device('cuda')\n",
+    # torch = None when the import fails
+    "try:\n    import torch\nexcept ImportError:\n    torch = None\n\ndef f(x):\n    return x.cuda()\n\n"
+    "if torch is not None:\n    torch.cuda.manual_seed(0)\n",
+    # a name imported from torch in one branch, from elsewhere in the other, shadowed in a function
+    "import torch\nif a:\n    from torch.cuda.amp import autocast\nelse:\n    from contextlib import nullcontext as autocast\n\n"
+    "def f(autocast):\n    return autocast\n\nwith autocast():\n    y = torch.ones(1).cuda()\n",
+    # a comprehension reads the global before it is rebound
+    "from torch import device\ndevs = [device('cuda', i) for i in range(2)]\n\ndef f(device):\n    return device\n\n"
+    "device = None\n",
+    # del, rebinding, nonlocal
+    "import torch\nfrom torch import cuda\n\ndef f():\n    cuda = 1\n\n    def g():\n        nonlocal cuda\n"
+    "        cuda = 2\n    return cuda\n\ndel cuda\ncuda = 1\ntorch.cuda.synchronize()\n",
+    # file facts: a CUDA default tensor type set in one window and restored in another, a device name assigned last
+    "import torch\n\ndef f(x):\n    return x.to(dev) if dev == 'cuda' else x\n\n"
+    "torch.set_default_tensor_type(torch.cuda.HalfTensor)\n\ndef h(torch):\n    return torch\n\n"
+    "torch.set_default_tensor_type(torch.FloatTensor)\n\ndev = torch.device('cuda')\n",
+]
+# ... and cases where a rewrite leaves an import unused: pruning it reads the whole module (those fall back)
+SCOPED_PRUNING = [
+    # a star import
+    "import torch\nfrom torch import *\nfrom torch.cuda import synchronize\n\ndef f():\n    synchronize()\n\ndev = cuda\n"
+    "x = torch.zeros(1).cuda()\n",
+    # dotted imports and aliases in other windows, shadowed by a parameter
+    "import torch.cuda as tc\nimport torch.cuda\n\ndef f(torch):\n    return torch.cuda.is_available()\n\n"
+    "tc.synchronize()\ntorch.cuda.synchronize()\n",
+    # set_default_tensor_type reached through a name imported in another window, rebound elsewhere
+    "import torch\nfrom torch import set_default_tensor_type as sdt\n\ndef h(sdt):\n    return sdt\n\n"
+    "sdt(torch.cuda.HalfTensor)\n\ndef g(x):\n    return x.to('cuda')\n\nsdt(torch.FloatTensor)\n",
+]
+SHADOW = "\n\ndef _shadow(torch):\n    return torch\n"  # makes any file's index inexact
+
 
 def _whole(source: str, settings: Settings, path: str = "f.py"):
     return _port(source, path, settings, build_index(source, RELEVANT_ROOTS), None, whole=True)
@@ -68,7 +111,7 @@ def _torch_sample(n: int) -> list[str]:
     return [p.read_text(encoding="utf-8") for p in paths[:n]]
 
 
-SOURCES = TRICKY + [fx.source for fx in load_fixtures()]
+SOURCES = TRICKY + SCOPED + SCOPED_PRUNING + [fx.source for fx in load_fixtures()]
 
 
 @pytest.mark.parametrize("unsafe", [False, True])
@@ -113,7 +156,7 @@ def test_sample_repo_output_is_unchanged_by_masking() -> None:
         assert port_python(src, path.name, Settings()) == _whole(src, Settings(), path.name), path
 
 
-# ---- large files, a window at a time (WINDOW_CHARS): tiny windows put every module-level statement in its own ----
+# ---- large files, a window at a time (WINDOW_CHARS, WINDOW_SIZE): tiny windows put every module-level statement in its own ----
 
 @pytest.fixture
 def tiny_windows(monkeypatch):
@@ -129,12 +172,14 @@ def tiny_windows(monkeypatch):
         return result
 
     monkeypatch.setattr(engine, "WINDOW_CHARS", 1)
+    monkeypatch.setattr(engine, "WINDOW_SIZE", 1)
     monkeypatch.setattr(engine, "_port_windows", spy)
     return done
 
 
 @pytest.mark.parametrize("unsafe", [False, True])
-@pytest.mark.parametrize("source", SOURCES + [s + SNIPPET for s in _torch_sample(40)])
+@pytest.mark.parametrize("source", SOURCES + [s + SNIPPET for s in _torch_sample(40)]
+                         + [s + SNIPPET + SHADOW for s in _torch_sample(40)])
 def test_porting_in_windows_changes_nothing(source: str, unsafe: bool, tiny_windows) -> None:
     settings = Settings(unsafe_fixes=unsafe)
     assert port_python(source, "f.py", settings) == _whole(source, settings)
@@ -164,6 +209,24 @@ def test_a_name_imported_twice_without_a_torch_meaning_still_ports_in_windows(ti
            "from collections.abc import Any\ny = torch.zeros(2).cuda()\n")
     assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
     assert tiny_windows[-1] is True
-    src = src.replace("from collections.abc import Any", "from torch import Any")  # a torch meaning: whole file
+    src = src.replace("from collections.abc import Any", "from torch import Any")  # a torch meaning: scope analysis
     assert port_python(src, "f.py", Settings()) == _whole(src, Settings())
-    assert tiny_windows[-1] is False
+    assert tiny_windows[-1] is True
+
+
+@pytest.mark.parametrize(("source", "windowed"), [(s, True) for s in SCOPED] + [(s, False) for s in SCOPED_PRUNING])
+def test_files_needing_scope_analysis_port_in_windows(source: str, windowed: bool, tiny_windows) -> None:
+    assert not build_index(source, RELEVANT_ROOTS).exact
+    new, findings = port_python(source, "f.py", Settings())
+    assert (new, findings) == _whole(source, Settings())
+    assert tiny_windows == [windowed]
+    assert findings  # every case holds something to report
+
+
+def test_scope_analysis_in_windows_sees_later_bindings(tiny_windows) -> None:
+    # `device` is rebound after its use in f: the whole file's scope analysis gives f's `device` two meanings, one a
+    # torch import; the window holding f sees both only through the bindings passed in
+    src = "from torch import device\n\ndef f():\n    return device('cuda')\n\ndevice = 'cpu'\n"
+    new, findings = port_python(src, "f.py", Settings())
+    assert (new, findings) == _whole(src, Settings()) and tiny_windows == [True]
+    assert "device('tpu')" in new or 'device("tpu")' in new

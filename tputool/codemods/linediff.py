@@ -11,19 +11,32 @@ difflib. The hunks are printed in the usual `--- a/` `+++ b/` `@@` format.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from array import array
 from difflib import Match, SequenceMatcher
 
 
-def _anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j."""
-    count_a, count_b = Counter(a), Counter(b)
-    where_b = {line: j for j, line in enumerate(b) if count_b[line] == 1}
-    pairs = [(i, where_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and line in where_b]
-    tails: list[int] = []  # tails[k]: j of the smallest tail of an increasing chain of length k + 1
-    tail_at: list[int] = []  # index in `pairs` of that tail
-    back = [-1] * len(pairs)
-    for n, (_, j) in enumerate(pairs):
+def _anchors(a: list[str], b: list[str]) -> tuple[array, array]:
+    """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j (as the
+    array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines)."""
+    in_a: dict[str, int] = {}  # line -> its index in a; -1 where it occurs more than once
+    for i, line in enumerate(a):
+        in_a[line] = -1 if line in in_a else i
+    in_b: dict[str, int] = {}  # the same in b, for the lines unique in a
+    for j, line in enumerate(b):
+        if in_a.get(line, -1) >= 0:
+            in_b[line] = -1 if line in in_b else j
+    del in_a
+    pi, pj = array("q"), array("q")
+    for i, line in enumerate(a):
+        j = in_b.get(line, -1)
+        if j >= 0:
+            pi.append(i)
+            pj.append(j)
+    del in_b
+    tails = array("q")  # tails[k]: j of the smallest tail of an increasing chain of length k + 1
+    tail_at = array("q")  # index in the pairs of that tail
+    back = array("q", bytes(8 * len(pj)))
+    for n, j in enumerate(pj):
         k = bisect.bisect_left(tails, j)
         back[n] = tail_at[k - 1] if k else -1
         if k == len(tails):
@@ -31,11 +44,13 @@ def _anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
             tail_at.append(n)
         else:
             tails[k], tail_at[k] = j, n
-    chain, n = [], tail_at[-1] if tail_at else -1
+    chain = array("q")
+    n = tail_at[-1] if tail_at else -1
     while n >= 0:
-        chain.append(pairs[n])
+        chain.append(n)
         n = back[n]
-    return chain[::-1]
+    chain.reverse()
+    return array("q", (pi[n] for n in chain)), array("q", (pj[n] for n in chain))
 
 
 def matching_blocks(a: list[str], b: list[str]) -> list[Match]:
@@ -49,7 +64,10 @@ def matching_blocks(a: list[str], b: list[str]) -> list[Match]:
             blocks.append([i, j, n])
 
     i0 = j0 = 0
-    for i, j in [*_anchors(a, b), (len(a), len(b))]:
+    ci, cj = _anchors(a, b)
+    ci.append(len(a))
+    cj.append(len(b))
+    for i, j in zip(ci, cj, strict=True):
         if i > i0 and j > j0:
             for bi, bj, n in SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False).get_matching_blocks():
                 add(i0 + bi, j0 + bj, n)
@@ -73,16 +91,22 @@ def unified_diff(old: str, new: str, display: str, context: int = 3) -> str:
     sm.a, sm.b = a, b
     sm.matching_blocks, sm.opcodes = matching_blocks(a, b), None
     name = display.lstrip("/")
-    out: list[str] = []
+    chunks: list[str] = []  # a string per run of lines (a list of every line of a big diff costs 3x the diff)
     for group in sm.get_grouped_opcodes(context):
-        if not out:
-            out += [f"--- a/{name}\n", f"+++ b/{name}\n"]
+        if not chunks:
+            chunks += [f"--- a/{name}\n", f"+++ b/{name}\n"]
         first, last = group[0], group[-1]
-        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        chunks.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                out += [" " + line for line in a[i1:i2]]
+                chunks.append(_lines(" ", a, i1, i2))
                 continue
-            out += ["-" + line for line in a[i1:i2]]
-            out += ["+" + line for line in b[j1:j2]]
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in out)
+            chunks.append(_lines("-", a, i1, i2))
+            chunks.append(_lines("+", b, j1, j2))
+    return "".join(chunks)
+
+
+def _lines(prefix: str, lines: list[str], start: int, stop: int) -> str:
+    """lines[start:stop] each after `prefix`, a missing final newline marked as diff(1) does."""
+    return "".join(prefix + line if line.endswith("\n") else prefix + line + "\n\\ No newline at end of file\n"
+                   for line in lines[start:stop])

@@ -78,10 +78,13 @@ def is_torchscript_code(source: str) -> bool:
     return "__torch__." in source and "__parameters__" in source and _TORCHSCRIPT_CODE.search(source) is not None
 
 
-# Files longer than this are rewritten a window of module-level statements at a time (each window about this
-# long, everything outside it hidden like a cold statement): libcst's tree of a window, not of the whole file,
-# is what peaks in memory. Where a window's rewrite needs more of the file, the file is ported whole.
+# Files longer than this are rewritten a window of module-level statements at a time (each window about
+# WINDOW_SIZE long, everything outside it hidden like a cold statement): libcst's tree of a window, not of the
+# whole file, is what peaks in memory (about 0.5 GB per MB of window). Where a window's rewrite needs more of the
+# file, the file is ported whole. Smaller windows hold less (16 kB: ~8 MB of tree) and change neither the output
+# nor (measured) the time; a file under WINDOW_CHARS is ported whole, which parses it once, not twice.
 WINDOW_CHARS = 128_000
+WINDOW_SIZE = 16_000
 
 
 def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list[Finding]] | None:
@@ -95,15 +98,16 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     if not units:
         return None
     lines = split_lines(source)
-    ranges = win.windows(units, line_starts(lines), WINDOW_CHARS)
+    ranges = win.windows(units, line_starts(lines), WINDOW_SIZE)
     if len(ranges) < 2:
         return None
 
     def window_ast(first: int, last: int):  # line numbers as in the file
         try:
-            return ast.parse("\n" * (first - 1) + "".join(lines[first - 1:last]))
+            tree = ast.parse("".join(lines[first - 1:last]))
         except (SyntaxError, ValueError):
             return None
+        return ast.increment_lineno(tree, first - 1)
 
     builder, levels = IndexBuilder(), []
     for first, last, _ in ranges:
@@ -113,9 +117,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
         builder.add(tree)
         levels.append(import_levels(tree, lines))
     del tree
-    index = builder.index(RELEVANT_ROOTS)
-    if not index.exact:  # scope analysis, or a relevant name imported twice: the whole file
-        return None
+    index = builder.index(RELEVANT_ROOTS)  # inexact: names resolve by scope analysis, per window (speed/scopes.py)
     depth = max(map(len, levels))
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
     del levels
@@ -128,33 +130,42 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
             hidden.append((units[0][0], first - 1))
         if k + 1 < len(ranges):
             hidden.append((units[ranges[k + 1][2]][0], units[-1][1]))
-        tree = window_ast(first, last)
-        if tree is None:
-            return None
-        masks.append(hider.mask(tree.body, hidden))
-        del tree
+        if index.exact:
+            tree = window_ast(first, last)
+            if tree is None:
+                return None
+            masks.append(hider.mask(tree.body, hidden))
+            del tree
+        else:  # hiding a cold statement would change what a name means in scope analysis: only other windows
+            masks.append(hider.mask([], hidden))
     del hider
-    return _port_masks(source, list(zip(((f, la) for f, la, _ in ranges), masks, strict=True)), path, settings,
-                       index, imports)
+    # the lines between a window's last one and the first statement of the next show in both (the next one's)
+    shown = [units[ranges[k + 1][2]][0] - last - 1 if k + 1 < len(ranges) else None
+             for k, (_, last, _) in enumerate(ranges)]
+    windows = list(zip(((f, la) for f, la, _ in ranges), masks, shown, strict=True))
+    del masks  # _port_masks lets go of each window once it is ported
+    return _port_masks(source, windows, path, settings, index, imports)
 
 
 def _port_masks(source: str, windows: list, path: str, settings: Settings, index, imports
                 ) -> tuple[str, list[Finding]] | None:
-    """Port each window's masked text (`windows`: ((first, last line), Masked)) and join the results."""
+    """Port each window's masked text and join the results. `windows`: ((first, last line), Masked, the count of
+    lines after the window shown before the marker hiding the rest of the file, None for the last window)."""
     from tputool.codemods.python.speed.windows import Collector, gather
 
     try:
-        facts = gather(source, (masked.text for _, masked in windows), index)
+        facts = gather(source, (masked.text for _, masked, _ in windows), index)
     except cst.ParserSyntaxError:
         return None
     pieces: list[str] = []
     findings: list[Finding] = []
-    begin = 0  # characters before the window (the windows follow each other from the first line)
     collector = Collector()
-    for (first, last), masked in windows:
+    for k in range(len(windows)):
+        (first, last), masked, shown = windows[k]
+        windows[k] = None
         own = "".join(masked.lines[first - 1:last])
         try:
-            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts)
+            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts, window=k)
         except cst.ParserSyntaxError:
             return None
         collector.parsed(len(own))
@@ -168,15 +179,11 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             findings.append(f if f.line == n else dataclasses.replace(f, line=n))
         if new_text is masked.text:
             pieces.append(own)
-            begin += len(own)
             continue
-        restored = masked.unmask(new_text)
-        end = len(source) - begin - len(own)  # characters after the window
-        if (restored is None or not restored.startswith(source[:begin])
-                or not restored.endswith(source[len(source) - end:])):
+        restored = masked.unmask_window(new_text, before=k > 0, after=shown)
+        if restored is None:
             return None
-        pieces.append(restored[begin:len(restored) - end])
-        begin += len(own)
+        pieces.append(restored)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     new_source = "".join(pieces)
     return (source if new_source == source else new_source), findings
@@ -191,23 +198,33 @@ def _trigger_names(targets: dict[str, str]) -> list[str]:
     return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
 
 
-def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None
+def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None, window: int = 0
           ) -> tuple[str, list[Finding]] | None:
     """Run the rules over `source`; None when a part of the file was hidden and a rewrite needs it all.
 
     (Adding `import torch` and pruning imports left unused look at the whole module.) `imports` is
     names.top_imports() of the whole file, or None to read them from `source`.
     """
-    from tputool.codemods.python.transformer import PortTransformer, ScopedPortTransformer
+    from tputool.codemods.python.speed.scopes import outside
+    from tputool.codemods.python.transformer import (
+        PortTransformer,
+        ScopedPortTransformer,
+        WindowScopedPortTransformer,
+    )
 
     module = cst.parse_module(source)
     context = CodemodContext(filename=path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    cls = PortTransformer if index.exact else ScopedPortTransformer
+    scoped_window = facts is not None and not index.exact
+    cls = PortTransformer if index.exact else WindowScopedPortTransformer if scoped_window else ScopedPortTransformer
     transformer = cls(context, source, path, settings, wrapper, index, imports)
-    if facts is not None:  # a window of a large file: the file-level facts come from all of it (speed/windows.py)
+    if facts is not None:  # window `window` of a large file: the file-level facts come from all of it (windows.py)
         facts.apply(transformer)
-    new_module = wrapper.visit(transformer)
+    if scoped_window:
+        with outside(*facts.outside(window, source)):
+            new_module = wrapper.visit(transformer)
+    else:
+        new_module = wrapper.visit(transformer)
     transformer.finish()
     if not whole and (transformer.needs_whole or (facts is not None and transformer.removed_top)):
         return None

@@ -24,6 +24,8 @@ _ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z][A-Za-z]*_\w+$")
 class PortBase(cst.CSTTransformer):
     """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
 
+    QUALIFIED_NAMES: type = QualifiedNameProvider  # the scope analysis `qname` reads where the index is inexact
+
     def __init__(self, context: CodemodContext, source: str, path: str, settings: Settings,
                  wrapper: MetadataWrapper, index: ImportIndex,
                  imports: tuple[str | None, dict[str, tuple[str, str | None, str | None]]] | None = None) -> None:
@@ -63,7 +65,7 @@ class PortBase(cst.CSTTransformer):
         if self.index.exact:
             return resolve(self.index, full)
         try:
-            names = self.get_metadata(QualifiedNameProvider, node, set())
+            names = self.get_metadata(self.QUALIFIED_NAMES, node, set())
         except KeyError:
             names = set()
         for q in sorted(names, key=lambda q: q.name):

@@ -11,6 +11,7 @@ from tputool.codemods.python import api
 from tputool.codemods.python.context import PortBase
 from tputool.codemods.python.imports import import_findings
 from tputool.codemods.python.registry import hooks, port_rules
+from tputool.codemods.python.speed.scopes import WindowQualifiedNameProvider
 
 # The rules' handlers by node kind, in order, from the catalogue entries (tputool/rules/port.py).
 _HOOKS = hooks(port_rules())
@@ -149,3 +150,11 @@ class ScopedPortTransformer(_Rules):
     """The same rules, resolving names with libcst scope analysis (files where imports are shadowed)."""
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+
+class WindowScopedPortTransformer(_Rules):
+    """ScopedPortTransformer for a window of a large file: its scope analysis also holds the rest of the file's
+    module-level bindings (speed/scopes.py)."""
+
+    METADATA_DEPENDENCIES = (WindowQualifiedNameProvider,)
+    QUALIFIED_NAMES = WindowQualifiedNameProvider

@@ -49,19 +49,41 @@ class Masked:
 
     def unmask(self, new_text: str) -> str | None:
         """`new_text` (the rewriter's output for `text`) with the cold statements put back, or None."""
+        return self._restore(split_lines(new_text), len(self.spans), ())
+
+    def unmask_window(self, new_text: str, before: bool, after: int | None) -> str | None:
+        """unmask() of the rewriter's output for one window of a file, giving only the window's text. `before`: the
+        first marker hides the file before the window; it and the lines before it must come back unchanged.
+        `after` (None: nothing): the last marker hides the file after the window, shown after this many lines of
+        the next window; those lines and the rest must come back unchanged. None where they do not, or where a
+        cold statement cannot go back."""
+        new, old = split_lines(new_text), split_lines(self.text)
+        head = self.marker_rows[0] if before else 0  # lines up to the marker of the file before the window
+        tail = len(old) - self.marker_rows[-1] + 1 + after if after is not None else 0
+        if len(new) < head + tail or new[:head] != old[:head] or new[len(new) - tail:] != old[len(old) - tail:]:
+            return None
+        names = sorted(self.spans, key=lambda name: self.spans[name][1])
+        ends = names[:before] + (names[-1:] if after is not None else [])
+        return self._restore(new[head:len(new) - tail], len(self.spans) - len(ends), ends)
+
+    def _restore(self, lines: list[str], expected: int, absent: Iterable[str]) -> str | None:
+        """`lines` with each marker replaced by the lines it hides; None unless `expected` markers are met, each
+        as written, and none of `absent`."""
         out: list[str] = []
         seen = 0
-        for line in split_lines(new_text):
-            span = self.spans.get(line.strip()) if MARKER in line else None
+        absent = set(absent)
+        for line in lines:
+            name = line.strip() if MARKER in line else None
+            span = self.spans.get(name) if name is not None else None
             if span is None:
                 out.append(line)
                 continue
             marker, first, count = span
-            if line != marker:  # a rewrite moved it (e.g. unwrapped a `with`): the text cannot go back as is
+            if line != marker or name in absent:  # a rewrite moved it (e.g. unwrapped a `with`): cannot go back
                 return None
             out.extend(self.lines[first:first + count])
             seen += 1
-        return "".join(out) if seen == len(self.spans) else None
+        return "".join(out) if seen == expected else None
 
 
 def line_starts(lines: list[str]) -> list[int]:

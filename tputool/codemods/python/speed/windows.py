@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import gc
 import io
+import re
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper
+from libcst.metadata.base_provider import LazyValue
 
 from tputool.codemods.python.speed.names import ImportIndex
+from tputool.codemods.python.speed.scopes import (
+    Binding,
+    WindowQualifiedNameProvider,
+    global_bindings,
+    outside,
+)
 
 # A module-level line starting with one of these continues the statement before it.
 _CLAUSES = frozenset({"else", "elif", "except", "finally"})
+_WORD = re.compile(r"\w+")
 _SKIP = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE,
                    tokenize.ENDMARKER})
 
@@ -93,6 +103,21 @@ class FileFacts:
     sets_cuda_default: bool
     device_names: frozenset[str]
     reported_once: set[str] = field(default_factory=set)  # shared by the windows, in file order
+    # where names need scope analysis (an inexact index): the file's module-level bindings (scopes.py) by the
+    # name's first part, each with the window it is in
+    bindings: dict[str, list[tuple[int, Binding]]] | None = None
+
+    def outside(self, k: int, text: str) -> tuple[list[Binding], list[Binding]]:
+        """The module-level bindings of the windows before window `k` and of those after it, of the names that
+        window `k` (`text`) holds (no other name is looked up there)."""
+        assert self.bindings is not None
+        earlier: list[Binding] = []
+        later: list[Binding] = []
+        for word in set(_WORD.findall(text)) & self.bindings.keys():
+            for j, b in self.bindings[word]:
+                if j != k:
+                    (earlier if j < k else later).append(b)
+        return earlier, later
 
     def apply(self, t) -> None:
         """Give these facts to a window's transformer (a PortBase)."""
@@ -105,10 +130,19 @@ class FileFacts:
 
 
 class _Names:
-    """Name resolution through the file's import index (an exact one), as a transformer does it."""
+    """Name resolution as a transformer does it: through the file's import index (an exact one), or through the
+    scope analysis of one window (`qnames`: WindowQualifiedNameProvider's values)."""
 
-    def __init__(self, index: ImportIndex) -> None:
+    QUALIFIED_NAMES = WindowQualifiedNameProvider
+
+    def __init__(self, index: ImportIndex, qnames=None) -> None:
         self.index = index
+        self.qnames = qnames
+
+    def get_metadata(self, key, node, default):
+        """The window's qualified names of `node` (PortBase.qname's call)."""
+        value = self.qnames.get(node, default)
+        return value() if isinstance(value, LazyValue) else value
 
     def qname(self, node: cst.CSTNode) -> str | None:
         from tputool.codemods.python.context import PortBase
@@ -137,7 +171,10 @@ class Collector:
 
 
 def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> FileFacts:
-    """The facts of the file `source`, read from the masked text of each of its windows (parsed one at a time)."""
+    """The facts of the file `source`, read from the masked text of each of its windows (parsed one at a time).
+
+    Under an inexact index, also each window's module-level bindings; whether the file sets a CUDA default tensor
+    type is then decided once they are all known (a second parse of the windows that name it)."""
     from tputool.codemods.python.api import sets_cuda_default, stores_float32_buffers
     from tputool.codemods.python.device_flow import device_assigns, names_from_assigns
     from tputool.codemods.python.imports import optional_names
@@ -147,13 +184,32 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
     optional: set[str] = set()
     sets_default = False
     assigns: list = []
+    bindings: dict[str, list[tuple[int, Binding]]] = {}
+    n = 0  # windows read
+    naming: list[tuple[int, str]] = []  # windows naming set_default_tensor_type, under an inexact index
     collector = Collector()
     for window in window_texts:
         module = cst.parse_module(window)
         optional |= optional_names(module)
-        sets_default = sets_default or sets_cuda_default(names, module)
+        if index.exact:  # (the call's name is spelled out in the text wherever it is found: a cheap test first)
+            sets_default = sets_default or ("set_default_tensor_type" in window and sets_cuda_default(names, module))
+        else:
+            for b in global_bindings(module):
+                bindings.setdefault(b.name.split(".", 1)[0], []).append((n, b))
+            if "set_default_tensor_type" in window:
+                naming.append((n, window))
+        n += 1
         assigns += device_assigns(module)
         del module
         collector.parsed(len(window))
-    return FileFacts(text, stores_float32_buffers(text), frozenset(optional), sets_default,
-                     names_from_assigns(assigns))
+    facts = FileFacts(text, stores_float32_buffers(text), frozenset(optional), sets_default,
+                      names_from_assigns(assigns), bindings=None if index.exact else bindings)
+    for k, window in naming:
+        if facts.sets_cuda_default:
+            break
+        module = cst.parse_module(window)
+        with outside(*facts.outside(k, window)):
+            qnames = MetadataWrapper(module, unsafe_skip_copy=True).resolve(WindowQualifiedNameProvider)
+        facts.sets_cuda_default = sets_cuda_default(_Names(index, qnames), module)
+        del module, qnames
+    return facts
