@@ -3,6 +3,7 @@ torch.OutOfMemoryError and memory statistics, synchronize waits for compiled wor
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -124,6 +125,7 @@ def test_jax_out_of_memory_becomes_torch_out_of_memory(mode):
 
 def test_memory_statistics_follow_live_buffers():
     torch.tpu.synchronize()
+    gc.collect()  # (earlier tests' garbage holding small device arrays, collected mid-test, would move the base)
     torch.tpu.empty_cache()
     base = torch.tpu.memory_allocated()
     x = torch.ones(1 << 20, device="tpu")  # 4 MiB, materialized
