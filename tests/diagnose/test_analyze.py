@@ -89,8 +89,11 @@ def test_backend_events_in_the_loop_and_in_setup():
               {"kind": "transfer_h2d", "detail": "", "file": "/u/t.py", "line": 2, "count": 4, "amount": 1 << 30,
                "late": 0, "late_amount": 0},
               {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
-               "late": 5, "late_amount": 5}]
+               "late": 5, "late_amount": 5},
+              {"kind": "flush", "detail": "optimizer step", "file": "/u/t.py", "line": 11, "count": 10,
+               "amount": 10, "late": 5, "late_amount": 5}]
     by = {(f.code, f.line): f for f in findings_from_record(_rec(events=events))}
+    assert ("TPU806", 11) not in by  # Fused mode's own step boundary: nothing to remove
     assert by["TPU803", 3].severity == Severity.WARNING and "aten::foo" in by["TPU803", 3].message
     assert by["TPU803", 1].severity == Severity.INFO and "outside the step loop" in by["TPU803", 1].message
     assert "4.0 MiB per step in steady state" in by["TPU807", 8].message

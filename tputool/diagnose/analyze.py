@@ -275,6 +275,8 @@ def _events(rec: RunRecord, steps: int) -> list[Finding]:
                                 severity=None if in_loop else Severity.INFO, op=detail,
                                 **({"patterns": [62]} if custom else {})))
         elif kind == "flush":
+            if detail in DESIGNED_FLUSHES:
+                continue
             out.append(_finding("TPU806", file, line, f"fused eager flushed: {detail} ({_times(n)})", **rate,
                                 reason=detail))
         elif in_loop:
@@ -308,6 +310,11 @@ def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str
             g[e["detail"]] = g.get(e["detail"], 0) + e["late"]
     once = sum(sum(g.values()) for where, g in groups.items() if len(span[where]) < 2)
     return {where: g for where, g in groups.items() if len(span[where]) >= 2}, once
+
+
+DESIGNED_FLUSHES = frozenset({"optimizer step", "compiled graph input"})
+"""Fused flush reasons that are the mode's own boundaries, not causes to remove (so no TPU806): every
+`optimizer.step()` ends the step's program, and a torch.compile'd graph's inputs are computed before it runs."""
 
 
 def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
