@@ -76,3 +76,99 @@ def test_callers_max_cache_len_and_cache_choice_are_kept(tpu_device: str) -> Non
     kw = {"max_new_tokens": 3, "do_sample": False, "return_dict_in_generate": True, "disable_compile": True}
     assert dev.generate(prompt, max_cache_len=20, **kw).past_key_values.layers[0].keys.shape[-2] == 20
     assert type(dev.generate(prompt, cache_implementation="dynamic", **kw).past_key_values).__name__ == "DynamicCache"
+
+
+def _qwen3():
+    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=8, **COMMON))
+
+
+class _Streamer:
+    """Records what generate() streams."""
+
+    def __init__(self) -> None:
+        self.got: list = []
+
+    def put(self, value) -> None:
+        self.got.append(value.tolist())
+
+    def end(self) -> None:
+        self.got.append("end")
+
+
+def _decode_calls(monkeypatch) -> list:
+    """Counts calls of the shape-stable decoding loop."""
+    from tputool.backend import hf_decode
+
+    calls: list = []
+    real = hf_decode.decode
+    monkeypatch.setattr(hf_decode, "decode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+# (name, model, prompt rows, extra generate() arguments): each run through tputool's loop and HF's own on tpu
+_LOOP_CASES = [
+    ("greedy", _llama, 1, {}),
+    ("greedy qwen3", _qwen3, 2, {}),
+    ("sampled", _llama, 2, {"do_sample": True, "top_k": 20, "temperature": 0.9}),
+    ("left padding", _llama, 2, {"attention_mask": [[0, 0, 1, 1, 1, 1, 1], [1] * 7], "pad_token_id": 0}),
+    ("repetition penalty", _qwen3, 1, {"repetition_penalty": 1.5}),
+    ("end of sequence", _llama, 2, {"eos_from_step": 3, "pad_token_id": 0}),
+    ("streamer", _llama, 1, {"streamer": True}),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "rows", "extra"), _LOOP_CASES, ids=[c[0] for c in _LOOP_CASES])
+def test_decode_loop_gives_hfs_loops_tokens(name, build, rows, extra, tpu_device, monkeypatch) -> None:
+    from tputool.backend import hf_decode
+
+    torch.manual_seed(0)
+    model = build().eval()
+    dev = copy.deepcopy(model).to(tpu_device)
+    prompt = torch.randint(1, VOCAB, (rows, 7), generator=torch.Generator().manual_seed(2))
+    kw = {"max_new_tokens": 12, "do_sample": False, **extra}
+    if "attention_mask" in kw:
+        kw["attention_mask"] = torch.tensor(kw["attention_mask"])
+    if "eos_from_step" in kw:  # an end-of-sequence token the first row generates at that step
+        kw["eos_token_id"] = model.generate(prompt, max_new_tokens=12, do_sample=False)[0, 7 + kw.pop("eos_from_step")]
+
+    def run(on: str, streamer=None):
+        args = {k: v.to(on) if isinstance(v, torch.Tensor) and k == "attention_mask" else v for k, v in kw.items()}
+        if streamer is not None:
+            args["streamer"] = streamer
+        torch.manual_seed(5)
+        return (dev if on != "cpu" else model).generate(prompt.to(on), **args).cpu().tolist()
+
+    streams = [_Streamer(), _Streamer()] if kw.pop("streamer", False) else [None, None]
+    calls = _decode_calls(monkeypatch)
+    ours = run(tpu_device, streams[0])
+    assert calls, "the shape-stable loop did not run"
+    monkeypatch.setattr(hf_decode, "eligible", lambda *a, **k: False)
+    assert ours == run(tpu_device, streams[1])  # HF's own loop, same device, same seed
+    assert len(calls) == 1
+    if streams[0] is not None:
+        assert streams[0].got == streams[1].got
+    if not kw.get("do_sample"):
+        assert ours == run("cpu")
+    if "eos_token_id" in kw:
+        assert len(ours[0]) == len(ours[1]) < 7 + 12 or ours[0][-1] == 0  # the first row stopped and was padded
+
+
+def test_decode_loop_builds_no_program_per_token(tpu_device: str) -> None:
+    torch.manual_seed(0)
+    dev = _llama().eval().to(tpu_device)
+    prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4)).to(tpu_device)
+    dev.generate(prompt, max_new_tokens=4, do_sample=False).cpu()
+    _, built = _programs(lambda: dev.generate(prompt, max_new_tokens=24, do_sample=False).cpu())
+    assert built <= 2  # the result's length is new (HF's loop: two programs per new length, ~40 here)
+
+
+def test_decode_loop_leaves_other_calls_to_hfs_loop(tpu_device: str, monkeypatch) -> None:
+    torch.manual_seed(0)
+    model = _llama().eval()
+    dev = copy.deepcopy(model).to(tpu_device)
+    prompt = torch.randint(1, VOCAB, (1, 5), generator=torch.Generator().manual_seed(3))
+    calls = _decode_calls(monkeypatch)
+    got = dev.generate(prompt.to(tpu_device), max_new_tokens=3, do_sample=False, return_dict_in_generate=True,
+                       output_scores=True)
+    assert not calls and len(got.scores) == 3
+    assert got.sequences.cpu().tolist() == model.generate(prompt, max_new_tokens=3, do_sample=False).tolist()

@@ -6,6 +6,8 @@ seconds. A static cache keeps one shape for the whole generation (HF then also c
 does on CUDA with a static cache). Greedy and sampled outputs are the same with either cache: this changes
 speed, not results. The caller's own `cache_implementation=`, a `cache=` object or `use_cache=False` win;
 `TPUTOOL_HF_STATIC_CACHE=0` turns the default off.
+With that static cache, greedy and sampled decoding runs `hf_decode.decode`: HF's loop with the glue between two
+steps kept at one shape (HF's grows the ids, positions and mask by one position per token: a new program each).
 
 The static cache chosen here is sized to a bucket (`cache_bucket`: the next power of two of `max_length`, at least
 `MIN_BUCKET`, at most the model's `max_position_embeddings` unless `max_length` is longer), not to each call's own
@@ -68,6 +70,28 @@ def _patch(mod) -> None:
     _prepare_cache_for_generation._tputool = True
     _prepare_cache_for_generation.__wrapped__ = original
     cls._prepare_cache_for_generation = _prepare_cache_for_generation
+    _patch_sample(cls)
+
+
+def _patch_sample(cls) -> None:
+    """Greedy and sampled decoding on tpu through `hf_decode.decode` (one shape per step) where it is eligible."""
+    original = getattr(cls, "_sample", None)
+    if original is None or getattr(original, "_tputool", False):
+        return
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):
+        from tputool.backend import hf_decode
+
+        if hf_decode.eligible(self, cls, input_ids, stopping_criteria, generation_config, synced_gpus, model_kwargs):
+            return hf_decode.decode(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                                    streamer, **model_kwargs)
+        return original(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+                        streamer, **model_kwargs)
+
+    _sample._tputool = True
+    _sample.__wrapped__ = original
+    cls._sample = _sample
 
 
 def cache_bucket(max_length: int, limit: int | None = None) -> int:
