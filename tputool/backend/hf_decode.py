@@ -37,6 +37,9 @@ def eligible(model: Any, mixin: type, input_ids: torch.Tensor, stopping_criteria
              synced_gpus: bool, model_kwargs: dict) -> bool:
     """Whether `decode` computes what HF's `_sample` would for this call (else HF's loop runs)."""
     import transformers
+
+    if not transformers.__version__.startswith(VERIFIED):  # (checked first: older ones lack these names)
+        return False
     from transformers.cache_utils import StaticCache, StaticLayer
     from transformers.generation.stopping_criteria import MaxLengthCriteria
 
@@ -44,7 +47,7 @@ def eligible(model: Any, mixin: type, input_ids: torch.Tensor, stopping_criteria
     mask = model_kwargs.get("attention_mask")
     positions = model_kwargs.get("position_ids")
     cls = type(model)
-    if not (transformers.__version__.startswith(VERIFIED) and getattr(model, "device", None) is not None
+    if not (getattr(model, "device", None) is not None
             and model.device.type == "tpu" and not model.config.is_encoder_decoder and not synced_gpus
             and not any(getattr(generation_config, f) for f in _RECORDS) and not generation_config.is_assistant
             and generation_config.prefill_chunk_size is None and set(model_kwargs) <= _KWARGS
