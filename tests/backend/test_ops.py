@@ -232,3 +232,19 @@ def test_fused_lstm_cell_bfloat16_accumulates_in_float32():
     assert hy.dtype == cy.dtype == torch.bfloat16
     torch.testing.assert_close(hy.float().cpu(), ref_h.detach(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(cy.float().cpu(), ref_c.detach(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_of_a_mixture_of_experts_matches_cpu(dtype, monkeypatch):
+    """aten._grouped_mm (the MoE layers' expert products, input rows grouped by expert): lowered, with an empty
+    group and transposed weights, no fallback (its per-prompt offsets made a new program per prompt there)."""
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    torch.manual_seed(0)
+    x = torch.randn(12, 16).to(dtype)
+    w = torch.randn(4, 8, 16).to(dtype).transpose(-2, -1)  # (G, K, N) as a transposed view, as HF's experts pass it
+    offs = torch.tensor([3, 3, 10, 12], dtype=torch.int32)
+    ref = torch._grouped_mm(x, w, offs)
+    got = torch._grouped_mm(x.to(T), w.to(T), offs.to(T))
+    assert got.dtype == dtype
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(got.cpu(), ref, **tol)

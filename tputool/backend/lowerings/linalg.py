@@ -35,6 +35,21 @@ def mm(self, mat2):
     return _matmul(cast(self, res), cast(mat2, res), res)
 
 
+@lowering(aten._grouped_mm.default)
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """A mixture of experts' grouped product: rows [offs[g-1], offs[g]) of `self` (M, K) times `mat2[g]` (K, N),
+    as `jax.lax.ragged_dot` (rows past offs[-1], which torch leaves unwritten, are zeros). Other operand ranks
+    (a backward's) and a bias run through the CPU fallback."""
+    if self.ndim != 2 or mat2.ndim != 3 or offs is None or bias is not None:
+        raise Unsupported("_grouped_mm is lowered for a (M, K) input, (G, K, N) weights and offsets only")
+    from tputool.backend import dtypes
+
+    res = self.dtype if out_dtype is None else dtypes.to_np(out_dtype)
+    acc = jnp.float32 if self.dtype in (jnp.bfloat16, jnp.float16) else None
+    sizes = jnp.diff(offs.astype(jnp.int32), prepend=0)
+    return jax.lax.ragged_dot(self, mat2.astype(self.dtype), sizes, preferred_element_type=acc).astype(res)
+
+
 @lowering(aten.mv.default)
 def mv(self, vec):
     res = _mm_dtype(self, vec)
