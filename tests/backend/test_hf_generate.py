@@ -106,8 +106,20 @@ def _decode_calls(monkeypatch) -> list:
 
 
 # (name, model, prompt rows, extra generate() arguments): each run through tputool's loop and HF's own on tpu
+def _mistral_sliding():
+    return transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=8, **COMMON))
+
+
+def _mixtral():
+    return transformers.MixtralForCausalLM(transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
+                                                                       **COMMON))
+
+
 _LOOP_CASES = [
     ("greedy", _llama, 1, {}),
+    ("sliding window", _mistral_sliding, 2, {}),
+    ("moe sampled", _qwen3_moe, 2, {"do_sample": True}),
+    ("mixtral end of sequence", _mixtral, 2, {"eos_from_step": 2, "pad_token_id": 0}),
     ("greedy qwen3", _qwen3, 2, {}),
     ("sampled", _llama, 2, {"do_sample": True, "top_k": 20, "temperature": 0.9}),
     ("left padding", _llama, 2, {"attention_mask": [[0, 0, 1, 1, 1, 1, 1], [1] * 7], "pad_token_id": 0}),
@@ -162,13 +174,27 @@ def test_decode_loop_builds_no_program_per_token(tpu_device: str) -> None:
     assert built <= 2  # the result's length is new (HF's loop: two programs per new length, ~40 here)
 
 
-def test_decode_loop_leaves_other_calls_to_hfs_loop(tpu_device: str, monkeypatch) -> None:
+_OTHER_CALLS = [
+    ("per-step scores", _llama, {"return_dict_in_generate": True, "output_scores": True}),
+    ("sliding window with a mask", _mistral_sliding, {"attention_mask": [[0, 1, 1, 1, 1]]}),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "extra"), _OTHER_CALLS, ids=[c[0] for c in _OTHER_CALLS])
+def test_decode_loop_leaves_other_calls_to_hfs_loop(name, build, extra, tpu_device: str, monkeypatch) -> None:
     torch.manual_seed(0)
-    model = _llama().eval()
+    model = build().eval()
     dev = copy.deepcopy(model).to(tpu_device)
     prompt = torch.randint(1, VOCAB, (1, 5), generator=torch.Generator().manual_seed(3))
+    kw = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0, **extra}
+    if "attention_mask" in kw:
+        kw["attention_mask"] = torch.tensor(kw["attention_mask"])
     calls = _decode_calls(monkeypatch)
-    got = dev.generate(prompt.to(tpu_device), max_new_tokens=3, do_sample=False, return_dict_in_generate=True,
-                       output_scores=True)
-    assert not calls and len(got.scores) == 3
-    assert got.sequences.cpu().tolist() == model.generate(prompt, max_new_tokens=3, do_sample=False).tolist()
+    got = dev.generate(prompt.to(tpu_device), **{k: v.to(tpu_device) if isinstance(v, torch.Tensor) else v
+                                                 for k, v in kw.items()})
+    assert not calls
+    if "output_scores" in kw:
+        assert len(got.scores) == 3
+        got = got.sequences
+    ref = model.generate(prompt, **{k: v for k, v in kw.items() if k not in ("return_dict_in_generate", "output_scores")})
+    assert got.cpu().tolist() == ref.tolist()
