@@ -37,6 +37,16 @@ def test_ops_are_deferred_then_flushed_by_item_with_views_and_inplace(fused) -> 
     assert any(".item()" in d for d in _flushes())  # .item() was the sync point
 
 
+def test_a_copy_to_the_host_is_named_as_a_copy(fused) -> None:
+    """`.cpu()` / `.tolist()` of a deferred result flush as a copy, not as the first part of `_to_copy`'s
+    decomposition that needed data (`prims.convert_element_type ... (no lowering)`: read by diagnose as a gap)."""
+    x = torch.arange(10).to("tpu") * 2
+    assert x[-4:].tolist() == [12, 14, 16, 18]
+    assert (x + 1).to(torch.float16).cpu()[1].item() == 3
+    reasons = _flushes()
+    assert reasons and all("copy to another device" in d for d in reasons), reasons
+
+
 def test_training_matches_strict_and_steps_reuse_one_compiled_graph(fused, tpu_device: str) -> None:
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))

@@ -715,6 +715,8 @@ class FuseMode(TorchDispatchMode):
             return handled
         decomp = f.decomposition
         if decomp is not None:
+            if func in SYNC_REASONS and _has_lazy(args, kwargs):  # (e.g. .cpu(): named as the copy it is, not
+                TRACE.flush(SYNC_REASONS[func])                    # after the first of its parts that reads data)
             with self:  # its smaller ops come back through this mode
                 out = decomp(*args, **kwargs)
             if out is not NotImplemented:
