@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tputool.backend.hf_decode import STOP_CHECK
 from tputool.diagnose.analyze import classify_recompile, findings_from_record
 from tputool.diagnose.model import Report
 from tputool.diagnose.record import RunRecord
@@ -91,9 +92,14 @@ def test_backend_events_in_the_loop_and_in_setup():
               {"kind": "flush", "detail": "host_sync", "file": "/u/t.py", "line": 9, "count": 10, "amount": 10,
                "late": 5, "late_amount": 5},
               {"kind": "flush", "detail": "optimizer step", "file": "/u/t.py", "line": 11, "count": 10,
+               "amount": 10, "late": 5, "late_amount": 5},
+              {"kind": "flush", "detail": STOP_CHECK, "file": "/u/t.py", "line": 12, "count": 10,
+               "amount": 10, "late": 5, "late_amount": 5},
+              {"kind": "host_sync", "detail": STOP_CHECK, "file": "/u/t.py", "line": 12, "count": 10,
                "amount": 10, "late": 5, "late_amount": 5}]
     by = {(f.code, f.line): f for f in findings_from_record(_rec(events=events))}
     assert ("TPU806", 11) not in by  # Fused mode's own step boundary: nothing to remove
+    assert ("TPU806", 12) not in by and ("TPU601", 12) not in by  # generate()'s read of whether to stop
     assert by["TPU803", 3].severity == Severity.WARNING and "aten::foo" in by["TPU803", 3].message
     assert by["TPU803", 1].severity == Severity.INFO and "outside the step loop" in by["TPU803", 1].message
     assert "4.0 MiB per step in steady state" in by["TPU807", 8].message

@@ -23,12 +23,16 @@ from typing import Any
 
 import torch
 
+from tputool.backend import fused
+from tputool.backend import tensor as tt
 from tputool.backend.hf_generate import cache_bucket
 
 VERIFIED = ("5.25.",)
 """transformers versions (prefixes) whose `_sample` this loop was checked against."""
 _KWARGS = frozenset({"cache", "use_cache", "attention_mask", "position_ids", "logits_to_keep"})
 """The model inputs HF's loop passes through `_sample` that `decode` knows how to keep at one shape."""
+STOP_CHECK = "generate() stop check"
+"""The flush and host-sync reason of each decoding step's end (`tputool diagnose`: a designed boundary)."""
 _RECORDS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
 """Per-step records `return_dict_in_generate` can ask for: left to HF's loop."""
 
@@ -137,9 +141,11 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
             for criterion in stopping_criteria:  # (StoppingCriteriaList.__call__, the EOS criterion on the new token)
                 done = done | criterion(next_tokens[:, None] if type(criterion) is EosTokenCriteria else grown, None)
             unfinished = unfinished & ~done
+            stop = unfinished.max() == 0
+            fused.flush(STOP_CHECK)  # (the step's end: HF's loop reads whether to stop every token)
             if streamer is not None:
                 streamer.put(next_tokens.cpu())
-            this_peer_finished = bool(unfinished.max() == 0)
+            this_peer_finished = bool(tt.to_cpu(stop, STOP_CHECK))  # (HF: bool(unfinished.max() == 0))
             del outputs
     if streamer is not None:
         streamer.end()

@@ -82,7 +82,8 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
         if e["kind"] == "transfer_d2h":
             d2h[(e["file"], e["line"])] = d2h.get((e["file"], e["line"]), 0) + e["amount"]
     for e in rec.events:
-        if e["kind"] != "host_sync" or (e["file"], e["line"]) in seen or e["count"] < 2:
+        if (e["kind"] != "host_sync" or (e["file"], e["line"]) in seen or e["count"] < 2
+                or e["detail"] in DESIGNED_FLUSHES):  # (generate()'s stop check: its loop reads it every token)
             continue
         what = f"host sync ({e['detail'] or 'device read'})"
         n, seen_in = e["count"], e.get("steps_seen")
@@ -312,9 +313,11 @@ def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str
     return {where: g for where, g in groups.items() if len(span[where]) >= 2}, once
 
 
-DESIGNED_FLUSHES = frozenset({"optimizer step", "compiled graph input"})
+DESIGNED_FLUSHES = frozenset({"optimizer step", "compiled graph input", "generate() stop check"})
 """Fused flush reasons that are the mode's own boundaries, not causes to remove (so no TPU806): every
-`optimizer.step()` ends the step's program, and a torch.compile'd graph's inputs are computed before it runs."""
+`optimizer.step()` ends the step's program, a torch.compile'd graph's inputs are computed before it runs, and
+`generate()` reads whether to stop after every token (`backend/hf_decode.STOP_CHECK`, also that read's
+host-sync reason: no TPU601 either, Hugging Face's loop needs it as it does on CUDA)."""
 
 
 def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
