@@ -106,14 +106,10 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
 
     this_peer_finished = False
     step = 0
-    next_tokens = input_ids[:, -1]
+    model_inputs: dict = {}
     with model._optimize_model_for_decode():
         while not this_peer_finished:
             if step:
-                # (HF: prepare_inputs_for_generation slices the grown ids and positions back to their last column)
-                model_inputs = model.prepare_inputs_for_generation(
-                    next_tokens[:, None], next_sequence_length=1, attention_mask=mask, position_ids=positions,
-                    **model_kwargs)
                 outputs = model_forward(**model_inputs, return_dict=True)
             step += 1
             # (HF's _update_model_kwargs_for_generation: the cache, then one more position of mask and positions)
@@ -142,6 +138,12 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
                 done = done | criterion(next_tokens[:, None] if type(criterion) is EosTokenCriteria else grown, None)
             unfinished = unfinished & ~done
             stop = unfinished.max() == 0
+            if current + 1 < max_length:  # (the next step's inputs, recorded before the stop check: one program
+                # computes both. HF: prepare_inputs_for_generation slices the grown ids and positions back to
+                # their last column; it reads the cache's sizes only, which no forward has changed since)
+                model_inputs = model.prepare_inputs_for_generation(
+                    next_tokens[:, None], next_sequence_length=1, attention_mask=mask, position_ids=positions,
+                    **model_kwargs)
             fused.flush(STOP_CHECK)  # (the step's end: HF's loop reads whether to stop every token)
             if streamer is not None:
                 streamer.put(next_tokens.cpu())
