@@ -127,8 +127,11 @@ def test_a_kept_computation_called_with_other_input_types_runs_them(monkeypatch,
     monkeypatch.setenv("TPUTOOL_CACHE_DIR", str(tmp_path))
     fused_disk.reset()
     n = random.randint(100, 100_000)  # (a program JAX's own persistent cache has not seen: that one is not kept)
+    from jax.experimental.compilation_cache import compilation_cache
+
     cache_on = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)  # (nor may JAX's cache load it: same reason)
+    compilation_cache.reset_cache()  # (JAX decides once per process whether its cache is used: decide again)
     try:
         fused_disk.root_key()
         kept = _Kept(jax.jit(lambda a, b: (a * b + 1,)), "k" * 32)
@@ -141,6 +144,7 @@ def test_a_kept_computation_called_with_other_input_types_runs_them(monkeypatch,
         assert again(x, 3.0)[0][:4].tolist() == [1.0, 4.0, 7.0, 10.0] and again.jitted._cache_size() == 0
     finally:
         jax.config.update("jax_enable_compilation_cache", cache_on)
+        compilation_cache.reset_cache()
         fused_disk.reset()
 
 
