@@ -6,26 +6,57 @@ lopsided and the work grows with the square of the line count (500 KB: 14 s of 2
 occur exactly once in each file, in an order both files share (patience diff's anchors: a longest
 increasing subsequence, O(n log n)), cut the files into small gaps first, and only the gaps go through
 difflib. The hunks are printed in the usual `--- a/` `+++ b/` `@@` format.
+
+Memory follows the output, not a multiple of the files: the new file's lines that also occur in the old one
+share its line strings, the matching blocks are kept in arrays, and the opcodes and hunks are made one at a
+time (difflib's `get_opcodes()` and `get_grouped_opcodes()` build lists of tuples as long as the file).
 """
 
 from __future__ import annotations
 
 import bisect
+import io
 from array import array
-from difflib import Match, SequenceMatcher
+from collections.abc import Iterator
+from difflib import SequenceMatcher
+from itertools import chain
+
+# The lines of a text are split this many characters (then to the end of a line) at a time.
+_SPLIT_BLOCK = 1 << 16
+
+Opcode = tuple[str, int, int, int, int]
 
 
-def _anchors(a: list[str], b: list[str]) -> tuple[array, array]:
-    """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j (as the
-    array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines)."""
-    in_a: dict[str, int] = {}  # line -> its index in a; -1 where it occurs more than once
+def split_lines(text: str) -> Iterator[str]:
+    """The lines of `text.splitlines(keepends=True)`, one at a time (never a list of every line)."""
+    start, n = 0, len(text)
+    while start < n:
+        end = text.find("\n", start + _SPLIT_BLOCK)  # every line break ends at a "\n" or is not one
+        end = n if end < 0 else end + 1
+        yield from text[start:end].splitlines(keepends=True)
+        start = end
+
+
+def _occurrences(a: list[str]) -> dict[str, int]:
+    """Each line of `a` -> its index where it occurs once, -1 - its first index where it occurs more often."""
+    seen: dict[str, int] = {}
     for i, line in enumerate(a):
-        in_a[line] = -1 if line in in_a else i
-    in_b: dict[str, int] = {}  # the same in b, for the lines unique in a
+        k = seen.get(line)
+        if k is None:
+            seen[line] = i
+        elif k >= 0:
+            seen[line] = -1 - k
+    return seen
+
+
+def _anchors(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, array]:
+    """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j (as the
+    array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines).
+    `in_a`: _occurrences(a)."""
+    in_b: dict[str, int] = {}  # the lines of b unique in a -> their index in b; -1 where more than once in b
     for j, line in enumerate(b):
         if in_a.get(line, -1) >= 0:
             in_b[line] = -1 if line in in_b else j
-    del in_a
     pi, pj = array("q"), array("q")
     for i, line in enumerate(a):
         j = in_b.get(line, -1)
@@ -53,28 +84,73 @@ def _anchors(a: list[str], b: list[str]) -> tuple[array, array]:
     return array("q", (pi[n] for n in chain)), array("q", (pj[n] for n in chain))
 
 
-def matching_blocks(a: list[str], b: list[str]) -> list[Match]:
-    """difflib-style matching blocks of `a` and `b` (ending with the (len a, len b, 0) sentinel)."""
-    blocks: list[list[int]] = []
+def _blocks(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, array, array]:
+    """The matching blocks of `a` and `b` as three arrays (i, j, size), without difflib's final sentinel."""
+    bi, bj, bn = array("q"), array("q"), array("q")
 
     def add(i: int, j: int, n: int) -> None:
-        if blocks and blocks[-1][0] + blocks[-1][2] == i and blocks[-1][1] + blocks[-1][2] == j:
-            blocks[-1][2] += n
+        if bn and bi[-1] + bn[-1] == i and bj[-1] + bn[-1] == j:
+            bn[-1] += n
         elif n:
-            blocks.append([i, j, n])
+            bi.append(i)
+            bj.append(j)
+            bn.append(n)
 
     i0 = j0 = 0
-    ci, cj = _anchors(a, b)
+    ci, cj = _anchors(a, b, in_a)
     ci.append(len(a))
     cj.append(len(b))
     for i, j in zip(ci, cj, strict=True):
         if i > i0 and j > j0:
-            for bi, bj, n in SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False).get_matching_blocks():
-                add(i0 + bi, j0 + bj, n)
+            for mi, mj, n in SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False).get_matching_blocks():
+                add(i0 + mi, j0 + mj, n)
         if i < len(a):
             add(i, j, 1)
         i0, j0 = i + 1, j + 1
-    return [Match(*blk) for blk in blocks] + [Match(len(a), len(b), 0)]
+    return bi, bj, bn
+
+
+def _opcodes(bi: array, bj: array, bn: array, len_a: int, len_b: int) -> Iterator[Opcode]:
+    """difflib's get_opcodes() of these matching blocks, one at a time."""
+    i = j = 0
+    for ai, bj_, size in zip(chain(bi, (len_a,)), chain(bj, (len_b,)), chain(bn, (0,)), strict=True):
+        if i < ai and j < bj_:
+            yield "replace", i, ai, j, bj_
+        elif i < ai:
+            yield "delete", i, ai, j, bj_
+        elif j < bj_:
+            yield "insert", i, ai, j, bj_
+        i, j = ai + size, bj_ + size
+        if size:
+            yield "equal", ai, i, bj_, j
+
+
+def _hunks(codes: Iterator[Opcode], n: int) -> Iterator[list[Opcode]]:
+    """difflib's get_grouped_opcodes(n) of these opcodes, taken one at a time: hunks with up to `n` lines of
+    context, the file's first and last unchanged runs cut to `n` lines."""
+    nn = n + n
+    group: list[Opcode] = []
+    first = True
+    code = next(codes, None)
+    if code is None:
+        code = ("equal", 0, 1, 0, 1)
+    while code is not None:
+        tag, i1, i2, j1, j2 = code
+        code = next(codes, None)
+        if tag == "equal":
+            if first:
+                i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
+            if code is None:
+                i2, j2 = min(i2, i1 + n), min(j2, j1 + n)
+            elif i2 - i1 > nn:
+                group.append((tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n)))
+                yield group
+                group = []
+                i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
+        first = False
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
 
 
 def _range(start: int, stop: int) -> str:
@@ -86,27 +162,35 @@ def _range(start: int, stop: int) -> str:
 
 def unified_diff(old: str, new: str, display: str, context: int = 3) -> str:
     """A git-style unified diff (a/ and b/ prefixes); marks a missing final newline like diff(1)."""
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    sm = SequenceMatcher(None, (), ())
-    sm.a, sm.b = a, b
-    sm.matching_blocks, sm.opcodes = matching_blocks(a, b), None
+    a = list(split_lines(old))
+    in_a = _occurrences(a)
+    b = []  # a line of the new file that is in the old one is the old one's string (most lines: no copy)
+    for line in split_lines(new):
+        k = in_a.get(line)
+        b.append(line if k is None else a[k if k >= 0 else -1 - k])
+    bi, bj, bn = _blocks(a, b, in_a)
+    del in_a
     name = display.lstrip("/")
-    chunks: list[str] = []  # a string per run of lines (a list of every line of a big diff costs 3x the diff)
-    for group in sm.get_grouped_opcodes(context):
-        if not chunks:
-            chunks += [f"--- a/{name}\n", f"+++ b/{name}\n"]
+    out = io.StringIO()  # written a line at a time: no list of pieces beside the diff, no copy to join them
+    for group in _hunks(_opcodes(bi, bj, bn, len(a), len(b)), context):
+        if not out.tell():
+            out.write(f"--- a/{name}\n+++ b/{name}\n")
         first, last = group[0], group[-1]
-        chunks.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        out.write(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                chunks.append(_lines(" ", a, i1, i2))
+                _write(out, " ", a, i1, i2)
                 continue
-            chunks.append(_lines("-", a, i1, i2))
-            chunks.append(_lines("+", b, j1, j2))
-    return "".join(chunks)
+            _write(out, "-", a, i1, i2)
+            _write(out, "+", b, j1, j2)
+    return out.getvalue()
 
 
-def _lines(prefix: str, lines: list[str], start: int, stop: int) -> str:
+def _write(out: io.StringIO, prefix: str, lines: list[str], start: int, stop: int) -> None:
     """lines[start:stop] each after `prefix`, a missing final newline marked as diff(1) does."""
-    return "".join(prefix + line if line.endswith("\n") else prefix + line + "\n\\ No newline at end of file\n"
-                   for line in lines[start:stop])
+    for k in range(start, stop):
+        line = lines[k]
+        out.write(prefix)
+        out.write(line)
+        if not line.endswith("\n"):
+            out.write("\n\\ No newline at end of file\n")

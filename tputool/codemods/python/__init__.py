@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 
 import libcst as cst
@@ -55,8 +54,8 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
             done = None
         if done is not None:
             new_text, findings = done
-            findings = [f if f.line == (n := masked.line(f.line)) else dataclasses.replace(f, line=n)
-                        for f in findings]
+            for f in findings:  # (the transformer's own findings: renumbered in place, not copied)
+                f.line = masked.line(f.line)
             if new_text is masked.text:
                 return source, findings
             restored = masked.unmask(new_text)
@@ -176,7 +175,8 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             n = masked.line(f.line)
             if not first <= n <= last:
                 return None
-            findings.append(f if f.line == n else dataclasses.replace(f, line=n))
+            f.line = n  # (in place: a copy of each would cost as much again while the windows are ported)
+            findings.append(f)
         if new_text is masked.text:
             pieces.append(own)
             continue
