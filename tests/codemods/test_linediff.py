@@ -4,6 +4,7 @@ diff as difflib's own grouping of the same matching blocks, rendered from whole 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from difflib import Match, SequenceMatcher
 
 import pytest
@@ -14,7 +15,8 @@ from tputool.codemods import linediff
 def _reference(old: str, new: str, name: str, context: int) -> str:
     """The diff as linediff made it before it streamed: whole line lists, difflib's get_grouped_opcodes."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    bi, bj, bn = linediff._blocks(a, b, linediff._occurrences(a))
+    counts = Counter(a)
+    bi, bj, bn = linediff._blocks(a, b, {x: x for x in a}, {x for x, n in counts.items() if n > 1})
     sm = SequenceMatcher(None, (), ())
     sm.a, sm.b = a, b
     sm.matching_blocks = [Match(*m) for m in zip(bi, bj, bn, strict=True)] + [Match(len(a), len(b), 0)]
@@ -76,3 +78,19 @@ def test_streamed_diff_of_a_big_evenly_changed_file(monkeypatch):
     new = old.replace("m.cuda()", "m.to('tpu')", 2000).replace("return m\n", "return m  # ok\n", 1000)
     assert linediff.unified_diff(old, new, "g.py") == _reference(old, new, "g.py", 3)
     assert linediff.unified_diff(old, old, "g.py") == "" == _reference(old, old, "g.py", 3)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "latin-1", "cp1252", "ascii", "utf-16"])
+@pytest.mark.parametrize("text", ["x = 'ok'\n" * 50, "s = 'é€'\n" * 50, "y = '\udc80'\n", "z = '中'\n" * 40])
+def test_check_encodable_fails_where_encoding_the_whole_text_fails(encoding, text):
+    """engine checks that a big rewritten file can be written back a block at a time (textio.check_encodable)."""
+    from tputool.codemods.textio import check_encodable, encode
+
+    try:
+        encode(text, encoding)
+    except UnicodeEncodeError as e:
+        with pytest.raises(UnicodeEncodeError) as block:
+            check_encodable(text, encoding, block=7)
+        assert block.value.reason == e.reason
+    else:
+        check_encodable(text, encoding, block=7)

@@ -7,8 +7,8 @@ occur exactly once in each file, in an order both files share (patience diff's a
 increasing subsequence, O(n log n)), cut the files into small gaps first, and only the gaps go through
 difflib. The hunks are printed in the usual `--- a/` `+++ b/` `@@` format.
 
-Memory follows the output, not a multiple of the files: the new file's lines that also occur in the old one
-share its line strings, the matching blocks are kept in arrays, and the opcodes and hunks are made one at a
+Memory follows the output, not a multiple of the files: each distinct line is one string wherever it occurs in
+either file, the matching blocks are kept in arrays, and the opcodes and hunks are made one at a
 time (difflib's `get_opcodes()` and `get_grouped_opcodes()` build lists of tuples as long as the file).
 """
 
@@ -37,25 +37,35 @@ def split_lines(text: str) -> Iterator[str]:
         start = end
 
 
-def _occurrences(a: list[str]) -> dict[str, int]:
-    """Each line of `a` -> its index where it occurs once, -1 - its first index where it occurs more often."""
-    seen: dict[str, int] = {}
-    for i, line in enumerate(a):
-        k = seen.get(line)
-        if k is None:
-            seen[line] = i
-        elif k >= 0:
-            seen[line] = -1 - k
-    return seen
+def _read(old: str, new: str) -> tuple[list[str], list[str], dict[str, str], set[str]]:
+    """The lines of `old` and of `new`, each distinct line one string shared by every place it occurs in either
+    file (a big generated file repeats most of its lines, a port changes few); also the old file's lines (each
+    line -> itself) and those of them that occur more than once there."""
+    in_a: dict[str, str] = {}
+    repeated: set[str] = set()
+    a: list[str] = []
+    for line in split_lines(old):
+        c = in_a.get(line)
+        if c is None:
+            in_a[line] = c = line
+        else:
+            repeated.add(c)
+        a.append(c)
+    only_b: dict[str, str] = {}
+    b: list[str] = []
+    for line in split_lines(new):
+        c = in_a.get(line)
+        b.append(c if c is not None else only_b.setdefault(line, line))
+    return a, b, in_a, repeated
 
 
-def _anchors(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, array]:
+def _anchors(a: list[str], b: list[str], in_a: dict[str, str], repeated: set[str]) -> tuple[array, array]:
     """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j (as the
     array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines).
-    `in_a`: _occurrences(a)."""
+    `in_a`, `repeated`: the lines of `a`, those of them that occur more than once (_read)."""
     in_b: dict[str, int] = {}  # the lines of b unique in a -> their index in b; -1 where more than once in b
     for j, line in enumerate(b):
-        if in_a.get(line, -1) >= 0:
+        if line in in_a and line not in repeated:
             in_b[line] = -1 if line in in_b else j
     pi, pj = array("q"), array("q")
     for i, line in enumerate(a):
@@ -84,8 +94,9 @@ def _anchors(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, a
     return array("q", (pi[n] for n in chain)), array("q", (pj[n] for n in chain))
 
 
-def _blocks(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, array, array]:
-    """The matching blocks of `a` and `b` as three arrays (i, j, size), without difflib's final sentinel."""
+def _blocks(a: list[str], b: list[str], in_a: dict[str, str], repeated: set[str]) -> tuple[array, array, array]:
+    """The matching blocks of `a` and `b` as three arrays (i, j, size), without difflib's final sentinel
+    (`in_a`, `repeated`: as _anchors takes them)."""
     bi, bj, bn = array("q"), array("q"), array("q")
 
     def add(i: int, j: int, n: int) -> None:
@@ -97,7 +108,7 @@ def _blocks(a: list[str], b: list[str], in_a: dict[str, int]) -> tuple[array, ar
             bn.append(n)
 
     i0 = j0 = 0
-    ci, cj = _anchors(a, b, in_a)
+    ci, cj = _anchors(a, b, in_a, repeated)
     ci.append(len(a))
     cj.append(len(b))
     for i, j in zip(ci, cj, strict=True):
@@ -162,14 +173,9 @@ def _range(start: int, stop: int) -> str:
 
 def unified_diff(old: str, new: str, display: str, context: int = 3) -> str:
     """A git-style unified diff (a/ and b/ prefixes); marks a missing final newline like diff(1)."""
-    a = list(split_lines(old))
-    in_a = _occurrences(a)
-    b = []  # a line of the new file that is in the old one is the old one's string (most lines: no copy)
-    for line in split_lines(new):
-        k = in_a.get(line)
-        b.append(line if k is None else a[k if k >= 0 else -1 - k])
-    bi, bj, bn = _blocks(a, b, in_a)
-    del in_a
+    a, b, in_a, repeated = _read(old, new)
+    bi, bj, bn = _blocks(a, b, in_a, repeated)
+    del in_a, repeated
     name = display.lstrip("/")
     out = io.StringIO()  # written a line at a time: no list of pieces beside the diff, no copy to join them
     for group in _hunks(_opcodes(bi, bj, bn, len(a), len(b)), context):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
 
 import libcst as cst
@@ -90,13 +91,13 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     """Port `source` one window of module-level statements at a time (speed/windows.py), never holding a tree
     of the whole file; None when it cannot be (then the caller ports the whole file)."""
     from tputool.codemods.python.speed import windows as win
-    from tputool.codemods.python.speed.cold import Hider, line_starts, split_lines
+    from tputool.codemods.python.speed.cold import Hider, line_starts, shared_lines
     from tputool.codemods.python.speed.names import IndexBuilder, import_bindings, import_levels
 
     units = win.module_units(source)
     if not units:
         return None
-    lines = split_lines(source)
+    lines = shared_lines(source)
     ranges = win.windows(units, line_starts(lines), WINDOW_SIZE)
     if len(ranges) < 2:
         return None
@@ -120,8 +121,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     depth = max(map(len, levels))
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
     del levels
-    hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets))
-    lines = hider.lines  # (the same lines: keep one copy)
+    hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets), lines)
     masks = []
     for k, (first, last, _) in enumerate(ranges):
         hidden = []
@@ -156,7 +156,7 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
         facts = gather(source, (masked.text for _, masked, _ in windows), index)
     except cst.ParserSyntaxError:
         return None
-    pieces: list[str] = []
+    pieces = io.StringIO()  # the new file, one window's text after another (not a list of them, then a copy)
     findings: list[Finding] = []
     collector = Collector()
     for k in range(len(windows)):
@@ -178,14 +178,14 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             f.line = n  # (in place: a copy of each would cost as much again while the windows are ported)
             findings.append(f)
         if new_text is masked.text:
-            pieces.append(own)
+            pieces.write(own)
             continue
         restored = masked.unmask_window(new_text, before=k > 0, after=shown)
         if restored is None:
             return None
-        pieces.append(restored)
+        pieces.write(restored)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    new_source = "".join(pieces)
+    new_source = pieces.getvalue()
     return (source if new_source == source else new_source), findings
 
 
