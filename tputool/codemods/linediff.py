@@ -9,13 +9,13 @@ difflib. The hunks are printed in the usual `--- a/` `+++ b/` `@@` format.
 
 Memory follows the output, not a multiple of the files: each distinct line is one string wherever it occurs in
 either file, the matching blocks are kept in arrays, and the opcodes and hunks are made one at a
-time (difflib's `get_opcodes()` and `get_grouped_opcodes()` build lists of tuples as long as the file).
+time (difflib's `get_opcodes()` and `get_grouped_opcodes()` build lists of tuples as long as the file) and
+written a block at a time.
 """
 
 from __future__ import annotations
 
 import bisect
-import io
 from array import array
 from collections.abc import Iterator
 from difflib import SequenceMatcher
@@ -24,7 +24,7 @@ from itertools import chain
 # The lines of a text are split this many characters (then to the end of a line) at a time.
 _SPLIT_BLOCK = 1 << 16
 
-Opcode = tuple[str, int, int, int, int]
+Opcode = tuple[int, int, int, int, int]
 
 
 def split_lines(text: str) -> Iterator[str]:
@@ -121,46 +121,51 @@ def _blocks(a: list[str], b: list[str], in_a: dict[str, str], repeated: set[str]
     return bi, bj, bn
 
 
+# The opcodes' tags (difflib's strings) as numbers.
+EQUAL, REPLACE, DELETE, INSERT = range(4)
+
+
 def _opcodes(bi: array, bj: array, bn: array, len_a: int, len_b: int) -> Iterator[Opcode]:
-    """difflib's get_opcodes() of these matching blocks, one at a time."""
+    """difflib's get_opcodes() of these matching blocks, one at a time (the tag as a number)."""
     i = j = 0
     for ai, bj_, size in zip(chain(bi, (len_a,)), chain(bj, (len_b,)), chain(bn, (0,)), strict=True):
         if i < ai and j < bj_:
-            yield "replace", i, ai, j, bj_
+            yield REPLACE, i, ai, j, bj_
         elif i < ai:
-            yield "delete", i, ai, j, bj_
+            yield DELETE, i, ai, j, bj_
         elif j < bj_:
-            yield "insert", i, ai, j, bj_
+            yield INSERT, i, ai, j, bj_
         i, j = ai + size, bj_ + size
         if size:
-            yield "equal", ai, i, bj_, j
+            yield EQUAL, ai, i, bj_, j
 
 
-def _hunks(codes: Iterator[Opcode], n: int) -> Iterator[list[Opcode]]:
+def _hunks(codes: Iterator[Opcode], n: int) -> Iterator[array]:
     """difflib's get_grouped_opcodes(n) of these opcodes, taken one at a time: hunks with up to `n` lines of
-    context, the file's first and last unchanged runs cut to `n` lines."""
+    context, the file's first and last unchanged runs cut to `n` lines. Each hunk is an array of its opcodes'
+    five numbers one after another (a big file changed every few lines is one hunk: tuples would cost 4x)."""
     nn = n + n
-    group: list[Opcode] = []
+    group = array("q")
     first = True
     code = next(codes, None)
     if code is None:
-        code = ("equal", 0, 1, 0, 1)
+        code = (EQUAL, 0, 1, 0, 1)
     while code is not None:
         tag, i1, i2, j1, j2 = code
         code = next(codes, None)
-        if tag == "equal":
+        if tag == EQUAL:
             if first:
                 i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
             if code is None:
                 i2, j2 = min(i2, i1 + n), min(j2, j1 + n)
             elif i2 - i1 > nn:
-                group.append((tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n)))
+                group.extend((tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n)))
                 yield group
-                group = []
+                group = array("q")
                 i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
         first = False
-        group.append((tag, i1, i2, j1, j2))
-    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        group.extend((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 5 and group[0] == EQUAL):
         yield group
 
 
@@ -177,22 +182,52 @@ def unified_diff(old: str, new: str, display: str, context: int = 3) -> str:
     bi, bj, bn = _blocks(a, b, in_a, repeated)
     del in_a, repeated
     name = display.lstrip("/")
-    out = io.StringIO()  # written a line at a time: no list of pieces beside the diff, no copy to join them
+    out = _Text()
     for group in _hunks(_opcodes(bi, bj, bn, len(a), len(b)), context):
-        if not out.tell():
+        if not out.blocks and not out.part:
             out.write(f"--- a/{name}\n+++ b/{name}\n")
-        first, last = group[0], group[-1]
-        out.write(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
+        out.write(f"@@ -{_range(group[1], group[-3])} +{_range(group[3], group[-1])} @@\n")
+        for k in range(0, len(group), 5):
+            tag, i1, i2, j1, j2 = group[k:k + 5]
+            if tag == EQUAL:
                 _write(out, " ", a, i1, i2)
                 continue
             _write(out, "-", a, i1, i2)
             _write(out, "+", b, j1, j2)
-    return out.getvalue()
+    return out.text()
 
 
-def _write(out: io.StringIO, prefix: str, lines: list[str], start: int, stop: int) -> None:
+class _Text:
+    """A text written a piece at a time: pieces are joined into blocks of about _BLOCK characters, the blocks
+    into the text at the end (twice the text at the peak; a list of every piece would cost several times it,
+    io.StringIO about 2.5 times: its buffer grows ahead of the text, and getvalue() copies it)."""
+
+    _BLOCK = 1 << 16
+
+    def __init__(self) -> None:
+        self.blocks: list[str] = []
+        self.part: list[str] = []
+        self.size = 0
+
+    def write(self, piece: str) -> None:
+        """Add `piece` at the end."""
+        self.part.append(piece)
+        self.size += len(piece)
+        if self.size >= self._BLOCK:
+            self.blocks.append("".join(self.part))
+            self.part.clear()
+            self.size = 0
+
+    def text(self) -> str:
+        """Everything written, as one string."""
+        self.blocks.append("".join(self.part))
+        self.part.clear()
+        text = "".join(self.blocks)
+        self.blocks.clear()
+        return text
+
+
+def _write(out: _Text, prefix: str, lines: list[str], start: int, stop: int) -> None:
     """lines[start:stop] each after `prefix`, a missing final newline marked as diff(1) does."""
     for k in range(start, stop):
         line = lines[k]

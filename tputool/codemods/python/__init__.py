@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import io
 import re
 
 import libcst as cst
@@ -156,7 +155,7 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
         facts = gather(source, (masked.text for _, masked, _ in windows), index)
     except cst.ParserSyntaxError:
         return None
-    pieces = io.StringIO()  # the new file, one window's text after another (not a list of them, then a copy)
+    pieces: list[str] = []
     findings: list[Finding] = []
     collector = Collector()
     for k in range(len(windows)):
@@ -178,14 +177,17 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             f.line = n  # (in place: a copy of each would cost as much again while the windows are ported)
             findings.append(f)
         if new_text is masked.text:
-            pieces.write(own)
+            pieces.append(own)
             continue
         restored = masked.unmask_window(new_text, before=k > 0, after=shown)
         if restored is None:
             return None
-        pieces.write(restored)
+        pieces.append(restored)
+    del windows, facts, masked
+    collector.flush()  # the last windows' trees, before the caller goes on (a diff of the whole file)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    new_source = pieces.getvalue()
+    new_source = "".join(pieces)
+    del pieces
     return (source if new_source == source else new_source), findings
 
 

@@ -180,6 +180,11 @@ class Collector:
         """Count `chars` characters parsed; collect when they add up to COLLECT_CHARS."""
         self.chars += chars
         if self.chars >= COLLECT_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Collect now, if anything was parsed since the last collection."""
+        if self.chars:
             gc.collect()
             self.chars = 0
 
