@@ -230,3 +230,18 @@ def test_scope_analysis_in_windows_sees_later_bindings(tiny_windows) -> None:
     new, findings = port_python(src, "f.py", Settings())
     assert (new, findings) == _whole(src, Settings()) and tiny_windows == [True]
     assert "device('tpu')" in new or 'device("tpu")' in new
+
+
+@pytest.mark.parametrize("brk", [" ", "\u2028", "\x85", "\x1c", "\v"])
+def test_file_text_facts_in_windows_with_any_line_break(brk: str, tiny_windows) -> None:
+    # whether the file stores float32 buffers is read from its lines (str.splitlines) joined by "\n": a line break
+    # Python does not know (here in a comment) separates `register_buffer(` from `float32` as "\n" does; the
+    # windows read it from the file's own text, joined again only where it breaks lines otherwise
+    # (windows.float32_buffers)
+    src = ("import torch\n\ndef schedule(n):\n    return torch.linspace(0, 1, n, dtype=torch.float64)\n\n"
+           "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           f"        self.register_buffer('b', schedule(4))  # then{brk}float32\n\nm = M().cuda()\n")
+    whole = _whole(src, Settings())
+    assert port_python(src, "f.py", Settings()) == whole
+    assert tiny_windows == [True]
+    assert ("TPU307" in {f.code for f in whole[1]}) == (brk != " ")  # float64 kept: not stored as float32

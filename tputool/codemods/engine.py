@@ -28,7 +28,7 @@ from tputool.codemods.config import ProjectConfig
 from tputool.codemods.discover import TOO_LARGE, NotReadable, SourceFile, discover, read_regular
 from tputool.codemods.linediff import unified_diff
 from tputool.codemods.text_scan import scan_text
-from tputool.codemods.textio import decode_python, decode_text, encode
+from tputool.codemods.textio import check_encodable, decode_python, decode_text
 from tputool.rules.model import Finding, Settings
 from tputool.rules.text import TEXT_RULES
 
@@ -181,7 +181,7 @@ def analyze(src: SourceFile, data: bytes, settings: Settings, run_python: bool, 
             res.findings.extend(findings)
             if new_text != dec.text:
                 try:
-                    encode(new_text, dec.encoding)
+                    check_encodable(new_text, dec.encoding)
                 except UnicodeEncodeError as e:
                     res.status = ERROR
                     res.error = f"rewritten text cannot be encoded as {dec.encoding}: {e.reason}"

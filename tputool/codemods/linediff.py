@@ -6,26 +6,67 @@ lopsided and the work grows with the square of the line count (500 KB: 14 s of 2
 occur exactly once in each file, in an order both files share (patience diff's anchors: a longest
 increasing subsequence, O(n log n)), cut the files into small gaps first, and only the gaps go through
 difflib. The hunks are printed in the usual `--- a/` `+++ b/` `@@` format.
+
+Memory follows the output, not a multiple of the files: each distinct line is one string wherever it occurs in
+either file, the matching blocks are kept in arrays, and the opcodes and hunks are made one at a
+time (difflib's `get_opcodes()` and `get_grouped_opcodes()` build lists of tuples as long as the file) and
+written a block at a time.
 """
 
 from __future__ import annotations
 
 import bisect
 from array import array
-from difflib import Match, SequenceMatcher
+from collections.abc import Iterator
+from difflib import SequenceMatcher
+from itertools import chain
+
+# The lines of a text are split this many characters (then to the end of a line) at a time.
+_SPLIT_BLOCK = 1 << 16
+
+Opcode = tuple[int, int, int, int, int]
 
 
-def _anchors(a: list[str], b: list[str]) -> tuple[array, array]:
+def split_lines(text: str) -> Iterator[str]:
+    """The lines of `text.splitlines(keepends=True)`, one at a time (never a list of every line)."""
+    start, n = 0, len(text)
+    while start < n:
+        end = text.find("\n", start + _SPLIT_BLOCK)  # every line break ends at a "\n" or is not one
+        end = n if end < 0 else end + 1
+        yield from text[start:end].splitlines(keepends=True)
+        start = end
+
+
+def _read(old: str, new: str) -> tuple[list[str], list[str], dict[str, str], set[str]]:
+    """The lines of `old` and of `new`, each distinct line one string shared by every place it occurs in either
+    file (a big generated file repeats most of its lines, a port changes few); also the old file's lines (each
+    line -> itself) and those of them that occur more than once there."""
+    in_a: dict[str, str] = {}
+    repeated: set[str] = set()
+    a: list[str] = []
+    for line in split_lines(old):
+        c = in_a.get(line)
+        if c is None:
+            in_a[line] = c = line
+        else:
+            repeated.add(c)
+        a.append(c)
+    only_b: dict[str, str] = {}
+    b: list[str] = []
+    for line in split_lines(new):
+        c = in_a.get(line)
+        b.append(c if c is not None else only_b.setdefault(line, line))
+    return a, b, in_a, repeated
+
+
+def _anchors(a: list[str], b: list[str], in_a: dict[str, str], repeated: set[str]) -> tuple[array, array]:
     """(i, j) pairs of lines unique in both files, forming the longest chain increasing in both i and j (as the
-    array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines)."""
-    in_a: dict[str, int] = {}  # line -> its index in a; -1 where it occurs more than once
-    for i, line in enumerate(a):
-        in_a[line] = -1 if line in in_a else i
-    in_b: dict[str, int] = {}  # the same in b, for the lines unique in a
+    array of its i and the array of its j: a big file's pairs as tuples would cost more than its lines).
+    `in_a`, `repeated`: the lines of `a`, those of them that occur more than once (_read)."""
+    in_b: dict[str, int] = {}  # the lines of b unique in a -> their index in b; -1 where more than once in b
     for j, line in enumerate(b):
-        if in_a.get(line, -1) >= 0:
+        if line in in_a and line not in repeated:
             in_b[line] = -1 if line in in_b else j
-    del in_a
     pi, pj = array("q"), array("q")
     for i, line in enumerate(a):
         j = in_b.get(line, -1)
@@ -53,28 +94,79 @@ def _anchors(a: list[str], b: list[str]) -> tuple[array, array]:
     return array("q", (pi[n] for n in chain)), array("q", (pj[n] for n in chain))
 
 
-def matching_blocks(a: list[str], b: list[str]) -> list[Match]:
-    """difflib-style matching blocks of `a` and `b` (ending with the (len a, len b, 0) sentinel)."""
-    blocks: list[list[int]] = []
+def _blocks(a: list[str], b: list[str], in_a: dict[str, str], repeated: set[str]) -> tuple[array, array, array]:
+    """The matching blocks of `a` and `b` as three arrays (i, j, size), without difflib's final sentinel
+    (`in_a`, `repeated`: as _anchors takes them)."""
+    bi, bj, bn = array("q"), array("q"), array("q")
 
     def add(i: int, j: int, n: int) -> None:
-        if blocks and blocks[-1][0] + blocks[-1][2] == i and blocks[-1][1] + blocks[-1][2] == j:
-            blocks[-1][2] += n
+        if bn and bi[-1] + bn[-1] == i and bj[-1] + bn[-1] == j:
+            bn[-1] += n
         elif n:
-            blocks.append([i, j, n])
+            bi.append(i)
+            bj.append(j)
+            bn.append(n)
 
     i0 = j0 = 0
-    ci, cj = _anchors(a, b)
+    ci, cj = _anchors(a, b, in_a, repeated)
     ci.append(len(a))
     cj.append(len(b))
     for i, j in zip(ci, cj, strict=True):
         if i > i0 and j > j0:
-            for bi, bj, n in SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False).get_matching_blocks():
-                add(i0 + bi, j0 + bj, n)
+            for mi, mj, n in SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False).get_matching_blocks():
+                add(i0 + mi, j0 + mj, n)
         if i < len(a):
             add(i, j, 1)
         i0, j0 = i + 1, j + 1
-    return [Match(*blk) for blk in blocks] + [Match(len(a), len(b), 0)]
+    return bi, bj, bn
+
+
+# The opcodes' tags (difflib's strings) as numbers.
+EQUAL, REPLACE, DELETE, INSERT = range(4)
+
+
+def _opcodes(bi: array, bj: array, bn: array, len_a: int, len_b: int) -> Iterator[Opcode]:
+    """difflib's get_opcodes() of these matching blocks, one at a time (the tag as a number)."""
+    i = j = 0
+    for ai, bj_, size in zip(chain(bi, (len_a,)), chain(bj, (len_b,)), chain(bn, (0,)), strict=True):
+        if i < ai and j < bj_:
+            yield REPLACE, i, ai, j, bj_
+        elif i < ai:
+            yield DELETE, i, ai, j, bj_
+        elif j < bj_:
+            yield INSERT, i, ai, j, bj_
+        i, j = ai + size, bj_ + size
+        if size:
+            yield EQUAL, ai, i, bj_, j
+
+
+def _hunks(codes: Iterator[Opcode], n: int) -> Iterator[array]:
+    """difflib's get_grouped_opcodes(n) of these opcodes, taken one at a time: hunks with up to `n` lines of
+    context, the file's first and last unchanged runs cut to `n` lines. Each hunk is an array of its opcodes'
+    five numbers one after another (a big file changed every few lines is one hunk: tuples would cost 4x)."""
+    nn = n + n
+    group = array("q")
+    first = True
+    code = next(codes, None)
+    if code is None:
+        code = (EQUAL, 0, 1, 0, 1)
+    while code is not None:
+        tag, i1, i2, j1, j2 = code
+        code = next(codes, None)
+        if tag == EQUAL:
+            if first:
+                i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
+            if code is None:
+                i2, j2 = min(i2, i1 + n), min(j2, j1 + n)
+            elif i2 - i1 > nn:
+                group.extend((tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n)))
+                yield group
+                group = array("q")
+                i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
+        first = False
+        group.extend((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 5 and group[0] == EQUAL):
+        yield group
 
 
 def _range(start: int, stop: int) -> str:
@@ -86,27 +178,60 @@ def _range(start: int, stop: int) -> str:
 
 def unified_diff(old: str, new: str, display: str, context: int = 3) -> str:
     """A git-style unified diff (a/ and b/ prefixes); marks a missing final newline like diff(1)."""
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    sm = SequenceMatcher(None, (), ())
-    sm.a, sm.b = a, b
-    sm.matching_blocks, sm.opcodes = matching_blocks(a, b), None
+    a, b, in_a, repeated = _read(old, new)
+    bi, bj, bn = _blocks(a, b, in_a, repeated)
+    del in_a, repeated
     name = display.lstrip("/")
-    chunks: list[str] = []  # a string per run of lines (a list of every line of a big diff costs 3x the diff)
-    for group in sm.get_grouped_opcodes(context):
-        if not chunks:
-            chunks += [f"--- a/{name}\n", f"+++ b/{name}\n"]
-        first, last = group[0], group[-1]
-        chunks.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                chunks.append(_lines(" ", a, i1, i2))
+    out = _Text()
+    for group in _hunks(_opcodes(bi, bj, bn, len(a), len(b)), context):
+        if not out.blocks and not out.part:
+            out.write(f"--- a/{name}\n+++ b/{name}\n")
+        out.write(f"@@ -{_range(group[1], group[-3])} +{_range(group[3], group[-1])} @@\n")
+        for k in range(0, len(group), 5):
+            tag, i1, i2, j1, j2 = group[k:k + 5]
+            if tag == EQUAL:
+                _write(out, " ", a, i1, i2)
                 continue
-            chunks.append(_lines("-", a, i1, i2))
-            chunks.append(_lines("+", b, j1, j2))
-    return "".join(chunks)
+            _write(out, "-", a, i1, i2)
+            _write(out, "+", b, j1, j2)
+    return out.text()
 
 
-def _lines(prefix: str, lines: list[str], start: int, stop: int) -> str:
+class _Text:
+    """A text written a piece at a time: pieces are joined into blocks of about _BLOCK characters, the blocks
+    into the text at the end (twice the text at the peak; a list of every piece would cost several times it,
+    io.StringIO about 2.5 times: its buffer grows ahead of the text, and getvalue() copies it)."""
+
+    _BLOCK = 1 << 16
+
+    def __init__(self) -> None:
+        self.blocks: list[str] = []
+        self.part: list[str] = []
+        self.size = 0
+
+    def write(self, piece: str) -> None:
+        """Add `piece` at the end."""
+        self.part.append(piece)
+        self.size += len(piece)
+        if self.size >= self._BLOCK:
+            self.blocks.append("".join(self.part))
+            self.part.clear()
+            self.size = 0
+
+    def text(self) -> str:
+        """Everything written, as one string."""
+        self.blocks.append("".join(self.part))
+        self.part.clear()
+        text = "".join(self.blocks)
+        self.blocks.clear()
+        return text
+
+
+def _write(out: _Text, prefix: str, lines: list[str], start: int, stop: int) -> None:
     """lines[start:stop] each after `prefix`, a missing final newline marked as diff(1) does."""
-    return "".join(prefix + line if line.endswith("\n") else prefix + line + "\n\\ No newline at end of file\n"
-                   for line in lines[start:stop])
+    for k in range(start, stop):
+        line = lines[k]
+        out.write(prefix)
+        out.write(line)
+        if not line.endswith("\n"):
+            out.write("\n\\ No newline at end of file\n")

@@ -45,3 +45,12 @@ def encode(text: str, encoding: str) -> bytes:
     Raises UnicodeEncodeError when the new text holds characters the encoding cannot represent.
     """
     return text.encode(encoding)
+
+
+def check_encodable(text: str, encoding: str, block: int = 1 << 16) -> None:
+    """Raise the UnicodeEncodeError encode(text, encoding) would, encoding a block of characters at a time (a
+    big file's bytes are never all held)."""
+    encoder = codecs.getincrementalencoder(encoding)()
+    for at in range(0, len(text), block):
+        encoder.encode(text[at:at + block])
+    encoder.encode("", final=True)

@@ -106,12 +106,13 @@ class Rule:
     port: Port | None = None  # how the Python rewriter finds it (port rules only)
 
 
-@dataclass
+@dataclass(slots=True)
 class Finding:
     """One place in one file where a rule fired: the one finding type of port, check, diagnose and parity.
 
     Port/check set `fixed`/`fixable` (whether the rewrite was applied / exists); diagnose also fills the rule's
     `name`, the concrete `fix` text, how often it was seen (`count`, `per_step`) and where it came from (`source`).
+    Slotted: a port of a big generated file holds ~17 per kB of source (no per-instance dict: ~90 bytes less each).
     """
 
     path: str

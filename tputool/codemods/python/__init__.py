@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 
 import libcst as cst
@@ -55,8 +54,8 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
             done = None
         if done is not None:
             new_text, findings = done
-            findings = [f if f.line == (n := masked.line(f.line)) else dataclasses.replace(f, line=n)
-                        for f in findings]
+            for f in findings:  # (the transformer's own findings: renumbered in place, not copied)
+                f.line = masked.line(f.line)
             if new_text is masked.text:
                 return source, findings
             restored = masked.unmask(new_text)
@@ -91,13 +90,13 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     """Port `source` one window of module-level statements at a time (speed/windows.py), never holding a tree
     of the whole file; None when it cannot be (then the caller ports the whole file)."""
     from tputool.codemods.python.speed import windows as win
-    from tputool.codemods.python.speed.cold import Hider, line_starts, split_lines
+    from tputool.codemods.python.speed.cold import Hider, line_starts, shared_lines
     from tputool.codemods.python.speed.names import IndexBuilder, import_bindings, import_levels
 
     units = win.module_units(source)
     if not units:
         return None
-    lines = split_lines(source)
+    lines = shared_lines(source)
     ranges = win.windows(units, line_starts(lines), WINDOW_SIZE)
     if len(ranges) < 2:
         return None
@@ -121,8 +120,7 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     depth = max(map(len, levels))
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
     del levels
-    hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets))
-    lines = hider.lines  # (the same lines: keep one copy)
+    hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets), lines)
     masks = []
     for k, (first, last, _) in enumerate(ranges):
         hidden = []
@@ -176,7 +174,8 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             n = masked.line(f.line)
             if not first <= n <= last:
                 return None
-            findings.append(f if f.line == n else dataclasses.replace(f, line=n))
+            f.line = n  # (in place: a copy of each would cost as much again while the windows are ported)
+            findings.append(f)
         if new_text is masked.text:
             pieces.append(own)
             continue
@@ -184,8 +183,11 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
         if restored is None:
             return None
         pieces.append(restored)
+    del windows, facts, masked
+    collector.flush()  # the last windows' trees, before the caller goes on (a diff of the whole file)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     new_source = "".join(pieces)
+    del pieces
     return (source if new_source == source else new_source), findings
 
 

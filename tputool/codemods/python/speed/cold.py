@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,6 +28,19 @@ _BODIES = ("body", "orelse", "finalbody")
 def split_lines(text: str) -> list[str]:
     """Lines with their endings, split only where Python's tokenizer ends a line (\\r\\n, \\r, \\n)."""
     lines = _LINE.findall(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def shared_lines(text: str) -> list[str]:
+    """split_lines(text), equal lines being one string (a big file repeats many of its lines: blank ones,
+    `return x`, a generated block; each line as its own string costs about three times its text)."""
+    lines: list[str] = []
+    seen: dict[str, str] = {}
+    for m in _LINE.finditer(text):
+        line = m.group()
+        lines.append(seen.setdefault(line, line))
     if lines and lines[-1] == "":
         lines.pop()
     return lines
@@ -86,15 +100,17 @@ class Masked:
         return "".join(out) if seen == expected else None
 
 
-def line_starts(lines: list[str]) -> list[int]:
-    """Offset of each line's first character, plus the text's length at the end."""
-    starts = [0]
+def line_starts(lines: list[str]) -> array:
+    """Offset of each line's first character, plus the text's length at the end (an array of 8-byte ints)."""
+    starts = array("q", [0])
+    at = 0
     for ln in lines:
-        starts.append(starts[-1] + len(ln))
+        at += len(ln)
+        starts.append(at)
     return starts
 
 
-def hot_lines(source: str, starts: list[int], substrings: Iterable[str], words: Iterable[str]) -> bytearray:
+def hot_lines(source: str, starts: array, substrings: Iterable[str], words: Iterable[str]) -> bytearray:
     """1 for each (0-based) line (beginning at `starts`) holding one of `substrings`, or a whole word of `words`."""
     hot = bytearray(len(starts))
     for t in substrings:
@@ -125,8 +141,9 @@ class Hider:
     """What is hot in one file, found once; `mask()` hides the cold statements of a statement list (the file's,
     or one window's when a large file is rewritten a window at a time) and any line spans it is given."""
 
-    def __init__(self, source: str, triggers: MaskTriggers, names: Iterable[str] = ()) -> None:
-        self.lines = split_lines(source)
+    def __init__(self, source: str, triggers: MaskTriggers, names: Iterable[str] = (), lines: list[str] | None = None
+                 ) -> None:
+        self.lines = split_lines(source) if lines is None else lines  # (`lines`: the caller's split_lines(source))
         self.starts = line_starts(self.lines)
         self.hot = hot_lines(source, self.starts, triggers.substrings, (*triggers.words, *names))
         self.dim = hot_lines(source, self.starts, (), triggers.digit_words) if triggers.digit_words else None

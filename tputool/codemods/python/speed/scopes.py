@@ -25,10 +25,10 @@ from libcst.metadata.scope_provider import Assignment, GlobalScope, ImportAssign
 _LATER = 1 << 62
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Binding:
     """One module-level binding of a name: `stmt` is the import statement's code (None for other bindings), `alias`
-    the position of the import's alias that binds it."""
+    the position of the import's alias that binds it. (Slotted: a big file holds one per module-level name.)"""
 
     name: str
     stmt: str | None

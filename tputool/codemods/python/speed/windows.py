@@ -17,6 +17,7 @@ import gc
 import io
 import re
 import tokenize
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -75,7 +76,7 @@ def module_units(source: str) -> list[tuple[int, int]] | None:
     return units
 
 
-def windows(units: list[tuple[int, int]], starts: list[int], budget: int) -> list[tuple[int, int, int]]:
+def windows(units: list[tuple[int, int]], starts: array, budget: int) -> list[tuple[int, int, int]]:
     """Consecutive 1-based line ranges (first, last) covering the file (`starts`: each line's offset, and the
     length at the end), each ending where a module-level statement ends and holding about `budget`
     characters (more where one statement is larger); with each, the index of its first unit."""
@@ -97,7 +98,7 @@ def windows(units: list[tuple[int, int]], starts: list[int], budget: int) -> lis
 class FileFacts:
     """The file-level facts a transformer would otherwise compute from its own (partial) module."""
 
-    text: str
+    text: str  # the file's source: what the transformers' substring tests (PortBase._text_has) read
     float32_buffers: bool
     optional: frozenset[str]
     sets_cuda_default: bool
@@ -127,6 +128,19 @@ class FileFacts:
         t._sets_cuda_default = self.sets_cuda_default
         t._device_names = self.device_names
         t.reported_once = self.reported_once
+
+
+# Line breaks str.splitlines() knows besides "\n" (a transformer's `_text` joins its lines with "\n").
+_OTHER_BREAKS = re.compile("[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def float32_buffers(source: str) -> bool:
+    """api.stores_float32_buffers of the file's lines joined by "\n", as a transformer of the whole file reads it
+    (the same as of the source itself, unless the source breaks lines otherwise: its regex's `.` crosses those).
+    Any other test of a word (no line break in it) finds it in the source itself as in those joined lines."""
+    from tputool.codemods.python.api import stores_float32_buffers
+
+    return stores_float32_buffers("\n".join(source.splitlines()) if _OTHER_BREAKS.search(source) else source)
 
 
 class _Names:
@@ -166,6 +180,11 @@ class Collector:
         """Count `chars` characters parsed; collect when they add up to COLLECT_CHARS."""
         self.chars += chars
         if self.chars >= COLLECT_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Collect now, if anything was parsed since the last collection."""
+        if self.chars:
             gc.collect()
             self.chars = 0
 
@@ -175,11 +194,10 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
 
     Under an inexact index, also each window's module-level bindings; whether the file sets a CUDA default tensor
     type is then decided once they are all known (a second parse of the windows that name it)."""
-    from tputool.codemods.python.api import sets_cuda_default, stores_float32_buffers
+    from tputool.codemods.python.api import sets_cuda_default
     from tputool.codemods.python.device_flow import device_assigns, names_from_assigns
     from tputool.codemods.python.imports import optional_names
 
-    text = "\n".join(source.splitlines())
     names = _Names(index)
     optional: set[str] = set()
     sets_default = False
@@ -202,7 +220,7 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
         assigns += device_assigns(module)
         del module
         collector.parsed(len(window))
-    facts = FileFacts(text, stores_float32_buffers(text), frozenset(optional), sets_default,
+    facts = FileFacts(source, float32_buffers(source), frozenset(optional), sets_default,
                       names_from_assigns(assigns), bindings=None if index.exact else bindings)
     for k, window in naming:
         if facts.sets_cuda_default:
