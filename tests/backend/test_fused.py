@@ -416,3 +416,27 @@ def test_aot_autograd_and_make_fx_trace_under_fused(fused, tpu_device: str) -> N
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
         torch.ops.aten.mul.Tensor, torch.ops.aten.sin.default, torch.ops.aten.sum.default]
     torch.testing.assert_close(gm(xt, yt).cpu(), f(x, y).detach())
+
+
+def test_a_process_without_tpu_tensors_runs_its_cpu_ops_without_the_dispatch_mode() -> None:
+    """Fused mode's dispatch mode sees every op, a CPU tensor's too (a Python call each): it is entered at the
+    process's first tpu tensor, so code that never makes one (a script's CPU run, the CPU side of a benchmark)
+    runs at PyTorch's own speed; from the first tpu tensor on, ops are recorded."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as modes\n"
+            "import tputool.backend.fused as f\n"
+            "from tputool.backend import runtime\n"
+            "assert runtime.STATE.mode is runtime.EagerMode.DEFER_AND_FUSE\n"
+            "x = torch.ones(4) + 1\n"
+            "assert not modes(), modes()\n"
+            "y = torch.ones(3, device='tpu') * 2 + 1\n"
+            "assert [type(m).__name__ for m in modes()] == ['FuseMode'], modes()\n"
+            "assert isinstance(y.untyped_storage()._tpu, f.Lazy)\n"
+            "assert y.cpu().tolist() == [3.0, 3.0, 3.0]\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ},
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]

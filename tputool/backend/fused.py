@@ -990,12 +990,44 @@ def _on_mode_change(old: runtime.EagerMode, new: runtime.EagerMode) -> None:
     if new is fused and _mode is None:
         _install_print_materialize()
         _install_values_only()
-        _mode = FuseMode()
-        _push_mode(_mode)
+        if _seen_tensor:  # (else the first tpu tensor enters the mode: `_first_tensor`)
+            _enter()
     elif new is not fused and _mode is not None:
         TRACE.flush("mode change")
         _pop_mode()
         _mode = None
+
+
+def _enter() -> None:
+    global _mode
+    _mode = FuseMode()
+    _push_mode(_mode)
+
+
+_CREATE_SITES = ("tensor", "dispatch")
+"""The backend modules whose `_create` makes every new tpu tensor outside Fused mode's own recording."""
+_seen_tensor = False
+
+
+def _first_tensor(*args, **kwargs) -> torch.Tensor:
+    """`_create` until the process's first tpu tensor: then Fused mode's dispatch mode is entered (when it is the
+    mode) and `_create` is PyTorch's again. A dispatch mode sees every op, a CPU tensor's too (a Python call each,
+    ~4x a small CPU op): a process that never makes a tpu tensor never pays it."""
+    global _seen_tensor
+    _seen_tensor = True
+    for name in _CREATE_SITES:
+        sys.modules[f"tputool.backend.{name}"]._create = _create_empty
+    t = _create_empty(*args, **kwargs)
+    if runtime.STATE.mode is runtime.EagerMode.DEFER_AND_FUSE and _mode is None:
+        _enter()
+    return t
+
+
+def _watch_for_the_first_tensor() -> None:
+    from tputool.backend import dispatch, tensor  # noqa: F401 - (the modules in _CREATE_SITES)
+
+    for name in _CREATE_SITES:
+        sys.modules[f"tputool.backend.{name}"]._create = _first_tensor
 
 
 def leave_in_forked_child() -> None:
@@ -1014,6 +1046,7 @@ def _after_optimizer_step(optimizer, args, kwargs) -> None:  # noqa: ANN001 - to
         TRACE.flush("optimizer step")
 
 
+_watch_for_the_first_tensor()
 runtime.set_fuse_hook(_on_mode_change)
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 
