@@ -6,6 +6,10 @@ Every row is a fresh process. tpu runs twice per round: `empty` with an empty co
 8 tokens: warm in-process) and `other` (a prompt of 12 tokens: a new prompt length, warm otherwise). Rows run
 interleaved, round by round; the best of the rounds is printed.
 
+CPU runs twice per round, with PyTorch's default threads (`cpu`) and with one (`cpu:1thread`): on this 2-core machine
+the default two threads slow down many times over while another process holds a core, one thread does not; each
+share is against the faster of the two, call by call.
+
 Usage: python benchmarks/hf_generate.py [--models llama,qwen3,qwen3_moe] [--tokens 32] [--rounds 1]
                                         [--caches default,dynamic]
 Prints tokens/s per call and as a share of CPU's, the XLA programs each call built (lowered; `miss`: compiled
@@ -75,8 +79,10 @@ print("RESULT " + json.dumps(out))
 CALLS = ("first", "again", "other")
 
 
-def _measure(kind: str, device: str, cache: str, tokens: int, cache_dir: str) -> dict:
+def _measure(kind: str, device: str, cache: str, tokens: int, cache_dir: str, threads: str | None = None) -> dict:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TPUTOOL_CACHE_DIR": cache_dir}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = threads
     run = subprocess.run([sys.executable, "-c", _CHILD, kind, device, cache, str(tokens)], capture_output=True,
                          text=True, env=env, timeout=3600)
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -98,17 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
     rows = [(m, c, d) for m in args.models.split(",") for c in args.caches.split(",")
-            for d in ("cpu", "tpu:empty", "tpu:disk")]
+            for d in ("cpu", "cpu:1thread", "tpu:empty", "tpu:disk")]
     results: dict[tuple, list[dict]] = {r: [] for r in rows}
     print(f"load average (1/5/15 min) before: {_load()}")
     with tempfile.TemporaryDirectory(prefix="tputool-hfgen-") as tmp:
         for r in range(args.rounds):
             for m, c, d in rows:
                 # `tpu:empty` creates its directory, `tpu:disk` (the next row) reuses it; CPU has its own
-                cache_dir = os.path.join(tmp, f"{m}-{c}-{r}" + ("-cpu" if d == "cpu" else ""))
+                cache_dir = os.path.join(tmp, f"{m}-{c}-{r}" + (f"-{d}" if d.startswith("cpu") else ""))
                 if d == "tpu:empty" and os.path.exists(cache_dir):
                     raise SystemExit(f"{cache_dir} should be new")
-                results[(m, c, d)].append(_measure(m, d.split(":")[0], c, args.tokens, cache_dir))
+                threads = "1" if d == "cpu:1thread" else None
+                results[(m, c, d)].append(_measure(m, d.split(":")[0], c, args.tokens, cache_dir, threads))
     print(f"load average (1/5/15 min) after:  {_load()}")
     print(f"{args.tokens} new tokens; tok/s (share of CPU's same call); programs built / of them compiled (not on "
           "disk); Dynamo graphs")
@@ -119,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         if not rs:
             print(f"{m:<10} {c:<8} {d:<10} error: {results[(m, c, d)][0]['error']}")
             continue
-        ref = [r for r in results[(m, c, "cpu")] if "error" not in r]
+        ref = [r for d2 in ("cpu", "cpu:1thread") for r in results[(m, c, d2)] if "error" not in r]
         cells = ""
         for call in CALLS:
             best = min(rs, key=lambda r, call=call: r[call])
             tps = args.tokens / best[call]
-            share = f"({100 * min(r[call] for r in ref) / best[call]:.1f}%)" if ref and d != "cpu" else ""
+            share = f"({100 * min(r[call] for r in ref) / best[call]:.1f}%)" if ref and not d.startswith("cpu") else ""
             counts = f"{best[call + '_programs']}/{best[call + '_misses']}/{best[call + '_graphs']}"
             cells += f" {tps:>10.1f} {share:>8} {counts:>12}"
         same = bool(ref) and all(r[k + "_tokens"] == ref[0][k + "_tokens"] for r in rs for k in CALLS)

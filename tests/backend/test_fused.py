@@ -440,3 +440,41 @@ def test_a_process_without_tpu_tensors_runs_its_cpu_ops_without_the_dispatch_mod
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ},
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_shapes_known_to_the_recorder_equal_abstract_evaluation(fused, tpu_device: str, monkeypatch) -> None:
+    """Reshapes, strided reads, writes through views and zeros of never-written storages are recorded with their
+    shapes given (no abstract evaluation of a new trace): each given shape is what evaluating the node would say."""
+    add = fused.Trace.add
+    checked = []
+
+    def add_checking(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known=None):
+        if known is not None:
+            desc = (fn_key, tuple(a[0] if k is fused.KIND_T else a for a, k in zip(args, kinds, strict=True)), ())
+            want = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
+            assert (tuple(known.shape), known.dtype) == (tuple(want.shape), want.dtype), fn_key
+            checked.append(fn_key[0])
+        return add(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known)
+
+    monkeypatch.setattr(fused.Trace, "add", add_checking)
+    x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    h = torch.randint(0, 9, (4, 6), dtype=torch.int16)
+    t, i = x.to(tpu_device) * 1, h.to(tpu_device) + 0
+    a = t.t() * 2  # a strided read
+    b = t[1:3, ::2] + 1  # a read at an offset
+    c = t.view(24) - 1  # a whole reshape, then a reshaped write below
+    t[:, 1] = 7.0  # a write through a view
+    i.t()[2:4].add_(3)  # an integer write through a transposed view
+    e = torch.empty(3, 4, device=tpu_device)
+    e[1] = 5.0  # a partial write into a never-written storage: zeros first
+    flat = torch.empty(12, device=tpu_device)
+    flat.view(3, 4).copy_(a[:3, :4])
+    got = [v.cpu() for v in (a, b, c, t, i, e[1], flat)]
+    ref_t = x.clone()
+    ref_t[:, 1] = 7.0
+    ref_i = h.clone()
+    ref_i.t()[2:4].add_(3)
+    want = [x.t() * 2, x[1:3, ::2] + 1, x.view(24) - 1, ref_t, ref_i, torch.full((4,), 5.0), (x.t() * 2)[:3, :4].reshape(12)]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert {"reshape", "read", "write", "zeros"} <= set(checked)

@@ -48,9 +48,11 @@ def _programs(run) -> tuple[object, int]:
 
 
 @pytest.mark.parametrize(("kind", "build"), [("llama", _llama), ("qwen3_moe", _qwen3_moe)])
-def test_compiled_decode_gives_cpus_tokens_and_compiles_once_per_bucket(kind: str, build, tpu_device: str) -> None:
+def test_compiled_decode_gives_cpus_tokens_and_compiles_once_per_bucket(kind: str, build, tpu_device: str,
+                                                                       monkeypatch) -> None:
     from torch._dynamo.utils import counters
 
+    monkeypatch.setenv("TPUTOOL_HF_COMPILE_AFTER", "0")  # (HF's own choice: the step compiled from the first call)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = build().eval()
@@ -67,6 +69,35 @@ def test_compiled_decode_gives_cpus_tokens_and_compiles_once_per_bucket(kind: st
     again, built = _programs(lambda: dev.generate(prompt.to(tpu_device), **kw).cpu())
     assert built == 0  # a repeated call reuses every program, the compiled step's included
     assert again.tolist() == model.generate(prompt, **kw).tolist()
+
+
+def test_decoding_step_is_compiled_once_the_model_decoded_enough_tokens_eagerly(tpu_device: str, monkeypatch) -> None:
+    from torch._dynamo.utils import counters
+
+    from tputool.backend import hf_decode
+
+    monkeypatch.setenv("TPUTOOL_HF_COMPILE_AFTER", "8")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _llama().eval()
+    dev = copy.deepcopy(model).to(tpu_device)
+    prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
+    kw = {"max_new_tokens": 5, "do_sample": False}
+    want = model.generate(prompt, **kw).tolist()
+    traced = []
+    for _ in range(3):  # 5 tokens, then 10 decoded eagerly: the third call is compiled
+        graphs = counters["stats"]["unique_graphs"]
+        assert dev.generate(prompt.to(tpu_device), **kw).cpu().tolist() == want
+        traced.append(counters["stats"]["unique_graphs"] - graphs)
+    assert traced == [0, 0, 1]
+    other = copy.deepcopy(model).to(tpu_device)  # a call asking for that many tokens is compiled at once
+    assert not hasattr(other, "_compiled_call")  # (HF's get_compiled_call keeps the compiled step there)
+    long = other.generate(prompt.to(tpu_device), max_new_tokens=8, do_sample=False).cpu().tolist()
+    assert hasattr(other, "_compiled_call")
+    assert long == model.generate(prompt, max_new_tokens=8, do_sample=False).tolist()
+    monkeypatch.setenv("TPUTOOL_HF_COMPILE_AFTER", "soon")
+    with pytest.raises(ValueError, match="TPUTOOL_HF_COMPILE_AFTER='soon'"):
+        hf_decode.compile_after()
 
 
 def test_callers_max_cache_len_and_cache_choice_are_kept(tpu_device: str) -> None:

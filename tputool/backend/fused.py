@@ -215,15 +215,16 @@ class Trace:
             fn, key = _reshape_fn(size), ("reshape", size)
         else:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
-        (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {})
+        (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {}, jax.ShapeDtypeStruct(size, base.dtype))
         return ("n", out.node, out.index)
 
     def zeros_for(self, st: Any) -> Lazy:
         """Storage `st` (made by `empty`, never written) given a pending zeros value recorded in the trace, so
         no array is made outside the fused computation (one would stay held until the flush)."""
         base = st._tpu
-        (zeros,) = self.add(_zeros_fn(tuple(base.shape), np.dtype(base.dtype)),
-                            ("zeros", tuple(base.shape), np.dtype(base.dtype)), (), [], {}, {})
+        shape, dtype = tuple(base.shape), np.dtype(base.dtype)
+        (zeros,) = self.add(_zeros_fn(shape, dtype), ("zeros", shape, dtype), (), [], {}, {},
+                            jax.ShapeDtypeStruct(shape, dtype))
         self.undo.append((st, base))
         st._tpu = zeros
         self.storages.append(weakref.ref(st))
@@ -236,15 +237,17 @@ class Trace:
 
     # -- nodes ----------------------------------------------------------------------------------------
     def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
-            kw_kinds: dict) -> list[Lazy | None]:
+            kw_kinds: dict, known: Any = None) -> list[Lazy | None]:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
-        lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out)."""
+        lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). `known`:
+        the output's shape and dtype where the caller knows them (this module's reshapes, reads, writes and
+        zeros), which spares a new trace's abstract evaluation."""
         desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
-            shapes = fused_disk.shapes(key) if key is not None else None
+            shapes = known if known is not None else fused_disk.shapes(key) if key is not None else None
             if shapes is None:
                 shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
                 if key is not None:
@@ -906,12 +909,13 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
     if whole and tuple(base.shape) == size:
         new = value
     elif whole:
-        (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [KIND_T], {}, {})
+        (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [KIND_T], {}, {},
+                           jax.ShapeDtypeStruct(tuple(base.shape), value.dtype))
     else:
         bref = TRACE._ref(base)
         fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
         (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
-                           [KIND_T, KIND_T], {}, {})
+                           [KIND_T, KIND_T], {}, {}, jax.ShapeDtypeStruct(tuple(base.shape), base.dtype))
     TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
     TRACE.storages.append(weakref.ref(st))

@@ -11,6 +11,13 @@ criteria, streamer and compiled forward are HF's own, called in HF's order with 
 and criteria that read the ids get them (a view of the buffer; only the end-of-sequence criterion, which reads
 the last token alone, is given that token). Tokens equal HF's loop's (tests/backend/test_hf_decode.py).
 
+The decoding step runs in Fused eager mode (one fused program per token, kept in the disk cache) until the model
+has decoded `COMPILE_AFTER` tokens in this process, or a call asks for that many: only then is it HF's compiled
+step (when HF would compile it). A compiled step decodes a token ~2x faster here but costs a Dynamo trace of ~2 s in
+every new process, which no cache keeps; a short generation never earns it back, a long one does within a few
+hundred tokens. `TPUTOOL_HF_COMPILE_AFTER=0` compiles from the first call, as HF does; so do Strict and Debug
+eager modes, which have no fused eager step.
+
 It runs only where that equivalence was checked: the transformers versions in `VERIFIED`, a decoder-only model
 whose `prepare_inputs_for_generation` and `_update_model_kwargs_for_generation` are HF's own, a static cache,
 no per-step records (`output_scores`, ...), `synced_gpus`, assistant or chunked prefill, model inputs among `_KWARGS`; anything
@@ -19,6 +26,8 @@ else runs HF's loop unchanged. `TPUTOOL_HF_STATIC_CACHE=0` turns it off with the
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any
 
 import torch
@@ -33,6 +42,12 @@ _KWARGS = frozenset({"cache", "use_cache", "attention_mask", "position_ids", "lo
 """The model inputs HF's loop passes through `_sample` that `decode` knows how to keep at one shape."""
 STOP_CHECK = "generate() stop check"
 """The flush and host-sync reason of each decoding step's end (`tputool diagnose`: a designed boundary)."""
+COMPILE_AFTER = 512
+"""Tokens a model decodes eagerly in a process before its decoding step is compiled (see the module docstring):
+about where the eager steps' extra time has cost what the compile costs (tiny Llama, 2-core host, disk cache warm:
+~4.6 ms per token against a ~2.2 s trace). `TPUTOOL_HF_COMPILE_AFTER` sets it."""
+_DECODED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""model -> tokens it decoded eagerly in this process."""
 _RECORDS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
 """Per-step records `return_dict_in_generate` can ask for: left to HF's loop."""
 
@@ -73,6 +88,31 @@ def eligible(model: Any, mixin: type, input_ids: torch.Tensor, stopping_criteria
     return True
 
 
+def compile_after() -> int:
+    """`COMPILE_AFTER`, or `TPUTOOL_HF_COMPILE_AFTER` where set (a bad value is an error naming the variable)."""
+    raw = os.environ.get("TPUTOOL_HF_COMPILE_AFTER")
+    if raw is None:
+        return COMPILE_AFTER
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"TPUTOOL_HF_COMPILE_AFTER={raw!r}: expected a number of tokens >= 0")
+    return value
+
+
+def compile_now(model: Any, new_tokens: int) -> bool:
+    """Whether this call's decoding step should be the compiled one: the model has decoded `compile_after()`
+    tokens eagerly in this process, or this call alone asks for that many, or eager mode is not Fused (Strict
+    and Debug launch one program per op: their eager step is never the cheaper one)."""
+    from tputool.backend import runtime
+
+    after = compile_after()
+    return (runtime.STATE.mode is not runtime.EagerMode.DEFER_AND_FUSE or new_tokens >= after
+            or _DECODED.get(model, 0) >= after)
+
+
 def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_criteria: Any,
            generation_config: Any, streamer: Any = None, **model_kwargs: Any) -> torch.Tensor:
     """HF's `_sample` (greedy or sampled, transformers `VERIFIED`) with every decoding step at one shape."""
@@ -86,8 +126,9 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
         pad_token_id = pad_token_id.to(device)
     has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
-    model_forward = (model.get_compiled_call(generation_config.compile_config)
-                     if model._valid_auto_compile_criteria(model_kwargs, generation_config) else model.__call__)
+    compiled = compile_now(model, max_length - length) and model._valid_auto_compile_criteria(model_kwargs,
+                                                                                              generation_config)
+    model_forward = model.get_compiled_call(generation_config.compile_config) if compiled else model.__call__
     outputs = model._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=True)
 
     # the shapes kept for the whole loop: ids in a buffer written at `where` (as long as the cache, so calls in one
@@ -149,6 +190,8 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
                 streamer.put(next_tokens.cpu())
             this_peer_finished = bool(tt.to_cpu(stop, STOP_CHECK))  # (HF: bool(unfinished.max() == 0))
             del outputs
+    if not compiled:
+        _DECODED[model] = _DECODED.get(model, 0) + step
     if streamer is not None:
         streamer.end()
     sequences = ids[:, :length + step].clone()
