@@ -478,3 +478,41 @@ def test_shapes_known_to_the_recorder_equal_abstract_evaluation(fused, tpu_devic
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
     assert {"reshape", "read", "write", "zeros"} <= set(checked)
+
+
+def test_new_op_nodes_take_their_shapes_from_meta_kernels_and_are_checked_when_traced(fused, tpu_device: str,
+                                                                                     monkeypatch) -> None:
+    """A new trace's op nodes get their shapes from PyTorch's meta kernels (no abstract evaluation); a lowering
+    that may refuse its arguments is still evaluated; a recorded shape the traced value contradicts is an error
+    at the flush, never a tensor whose data and metadata disagree."""
+    evaluated = []
+    shapes = fused.Trace._shapes
+    monkeypatch.setattr(fused.Trace, "_shapes", lambda self, fn, desc, *rest: evaluated.append(desc[0]) or shapes(
+        self, fn, desc, *rest))
+    x = torch.randn(3, 7, 5).to(tpu_device)  # (a shape no other test uses: every node is new to the trie)
+    y = (torch.softmax(x * 2, -1).sum(1, keepdim=True) > 0.1).to(torch.int32) + x.shape[0]
+    assert y.shape == (3, 1, 5) and y.dtype == torch.int32
+    torch.testing.assert_close(y.cpu(), (torch.softmax(x.cpu() * 2, -1).sum(1, keepdim=True) > 0.1).int() + 3)
+    assert evaluated == []
+    from tputool.backend.lowerings import LOWERINGS
+
+    assert LOWERINGS[torch.ops.aten._linalg_svd.default].may_refuse  # (U and V are refused: only tracing tells)
+    assert not LOWERINGS[torch.ops.aten.mul.Tensor].may_refuse
+
+    real = fused._meta_shapes
+
+    def wrong_dtype(f, args, kwargs):
+        out = real(f, args, kwargs)
+        return out if f.key != "aten.exp.default" else jax.ShapeDtypeStruct(out.shape, np.dtype("float16"))
+
+    import jax
+    import numpy as np
+
+    monkeypatch.setattr(fused, "_meta_shapes", wrong_dtype)
+    z = torch.randn(2, 9, 4).to(tpu_device).exp()
+    assert z.dtype == torch.float16  # (what the wrong meta said)
+    with pytest.raises(fused.ShapeMismatch, match="aten.exp.default computed"):
+        z.cpu()
+    with pytest.raises(RuntimeError, match="has no value"):  # (the trace is dropped: later work goes on)
+        z.cpu()
+    assert (torch.ones(2).to(tpu_device) + 1).cpu().tolist() == [2.0, 2.0]

@@ -40,6 +40,9 @@ from tputool.backend.lowerings.checks import run_checked
 from tputool.backend.view_geometry import GEOMETRY
 
 aten = torch.ops.aten
+META_SHAPES = True
+"""A new trace's op nodes take their output shapes from PyTorch's meta kernels (False: abstract evaluation of
+each lowering, ~1 ms per new node)."""
 MAX_NODES = 4000
 """A trace longer than this is flushed (reason "size") to bound compile times."""
 
@@ -237,17 +240,21 @@ class Trace:
 
     # -- nodes ----------------------------------------------------------------------------------------
     def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
-            kw_kinds: dict, known: Any = None) -> list[Lazy | None]:
+            kw_kinds: dict, known: Any = None, meta: tuple | None = None) -> list[Lazy | None]:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
-        lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). `known`:
-        the output's shape and dtype where the caller knows them (this module's reshapes, reads, writes and
-        zeros), which spares a new trace's abstract evaluation."""
+        lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). A new
+        trace's output shapes come from `known` (their shape and dtype where the caller knows them: this
+        module's reshapes, reads, writes and zeros), else from `meta` ((op facts, torch args, kwargs): PyTorch's
+        meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every node's recorded shapes are
+        checked against its traced value when the trace is compiled (`_runner`)."""
         desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
             shapes = known if known is not None else fused_disk.shapes(key) if key is not None else None
+            if shapes is None and meta is not None:
+                shapes = _meta_shapes(*meta)
             if shapes is None:
                 shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
                 if key is not None:
@@ -323,6 +330,9 @@ class Trace:
             except jax.errors.JaxRuntimeError as e:  # (e.g. out of memory: it would fail again if kept)
                 self._lose(f"{str(e).splitlines()[0]}")
                 raise memory.translate(e)  # noqa: B904 - out of memory becomes torch.OutOfMemoryError
+            except ShapeMismatch as e:  # (the tensors of this trace have no consistent value: none is given one)
+                self._lose(str(e))
+                raise
         if checks:  # (the checked nodes' records come last: read at the next sync point)
             asserts.pend((results[-1], tuple((op, where) for _, op, where in checks)))
             results = results[:-1]
@@ -343,7 +353,7 @@ class Trace:
         """The fused computation of this trace: jitted, or loaded from the disk cache when the trace is kept
         there (`_Kept`: compiled now and saved when it was not)."""
         checked = frozenset(c[0] for c in self.checks)
-        fn = jax.jit(_runner(list(self.nodes), outs, checked), donate_argnums=donate)
+        fn = jax.jit(_runner(list(self.nodes), outs, checked, list(self._node_shapes)), donate_argnums=donate)
         fused_disk.save_shapes()
         one_device = all(len(v.sharding.device_set) == 1 for v in self.ext if isinstance(v, jax.Array))
         tkey = (fused_disk.trace_key(self.step.key, outs, donate, checked)
@@ -469,9 +479,10 @@ def _resolve(a: Any, kind: tuple, get: Callable) -> Any:
     return a
 
 
-def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset()) -> Callable:
+def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset(), shapes: list | None = None) -> Callable:
     """The fused computation: every node in order, returning the `outs` values, then (when some nodes are
-    `checked`) their check records stacked in node order."""
+    `checked`) their check records stacked in node order. With `shapes` (each node's recorded output shapes),
+    each traced value is checked against them (`_check_shapes`)."""
     def run(*ext):
         vals: list = []
         records: list = []
@@ -487,10 +498,12 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset()) -> Calla
             kw = {n: _resolve(v, kw_kinds[n], get) for n, v in kwargs.items()}
             if j in checked:
                 out, record = run_checked(fn, *a, **kw)
-                vals.append(out)
                 records.append(record)
             else:
-                vals.append(fn(*a, **kw))
+                out = fn(*a, **kw)
+            if shapes is not None:
+                _check_shapes(out, shapes[j], fn)
+            vals.append(out)
         results = tuple(vals[n] if i is None else vals[n][i] for n, i in outs)
         return results + (jax.numpy.stack(records),) if records else results
 
@@ -521,6 +534,58 @@ def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callab
     return lambda base, v: strided_write(base.reshape(-1), v, size, stride, off).reshape(base_shape)
 
 
+class ShapeMismatch(RuntimeError):
+    """A recorded node's traced value has other shapes or dtypes than the tensors handed out for it."""
+
+
+def _check_shapes(out: Any, want: Any, fn: Callable) -> None:
+    """Raise ShapeMismatch unless traced value(s) `out` have the recorded shapes `want` (ShapeDtypeStructs, or a
+    tuple/list of them and None): tensors already handed out carry `want`'s metadata, so a difference is never
+    let through."""
+    if isinstance(want, tuple | list):
+        ok = isinstance(out, tuple | list) and len(out) == len(want) and all(
+            (w is None and o is None) or (w is not None and o is not None and o.shape == tuple(w.shape)
+                                          and o.dtype == w.dtype) for o, w in zip(out, want, strict=False))
+    else:
+        ok = hasattr(out, "shape") and out.shape == tuple(want.shape) and out.dtype == want.dtype
+    if not ok:
+        def show(v: Any) -> Any:
+            if isinstance(v, tuple | list):
+                return [show(x) for x in v]
+            return None if v is None else (tuple(v.shape), str(v.dtype))
+
+        raise ShapeMismatch(f"tpu Fused mode: {getattr(fn, 'op_name', getattr(fn, '__name__', fn))} computed "
+                            f"{show(out)} where {show(want)} was recorded; run with "
+                            "torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER) and please report it")
+
+
+def _meta_shapes(f: _OpFacts, args: tuple, kwargs: dict) -> Any:
+    """The output shapes and dtypes of op `f` on these torch arguments from PyTorch's meta kernel (C++: far
+    cheaper than evaluating the lowering abstractly), or None where it has none (the op is then not asked again)."""
+    def meta(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+        if isinstance(v, list | tuple) and any(isinstance(x, torch.Tensor) for x in v):
+            return type(v)(meta(x) for x in v)
+        return v
+
+    def sds(t: Any) -> Any:
+        if t is None:
+            return None
+        if isinstance(t, list | tuple):
+            return type(t)(sds(x) for x in t)
+        return jax.ShapeDtypeStruct(tuple(t.shape), tt.dtypes.to_np(t.dtype))
+
+    try:
+        kw = {n: meta(v) for n, v in kwargs.items()}
+        if "device" in kw:
+            kw["device"] = "meta"
+        return sds(f.op(*[meta(v) for v in args], **kw))
+    except Exception:  # noqa: BLE001 - no meta kernel, or one that needs data: abstract evaluation instead
+        f.meta = False
+        return None
+
+
 @functools.cache
 def _cast_fn(fn: Callable, dtypes: tuple | None, shapes: tuple | None, rng_words: bool, name: str) -> Callable:
     """A recorded node's function: the lowering (its RNG key made from recorded words), with the results of an
@@ -534,6 +599,7 @@ def _cast_fn(fn: Callable, dtypes: tuple | None, shapes: tuple | None, rng_words
             return out
         return op_plan.cast_results(out, dtypes, shapes, name)
 
+    cast.op_name = name
     return cast
 
 
@@ -592,7 +658,7 @@ class _OpFacts:
 
     __slots__ = ("op", "composite", "runs_as_usual", "key", "low", "written", "out_variant", "n_returns",
                  "returns_list", "names", "args", "pos_args", "plain_fn", "plain_key", "is_to_copy", "geometry",
-                 "decomposition", "like_factory", "sees_bits")
+                 "decomposition", "like_factory", "sees_bits", "meta")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         plan = op_plan.plan(func)
@@ -618,6 +684,9 @@ class _OpFacts:
         self.returns_list = len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType)
         self.names = [a.name for a in schema_args]
         self.args, self.pos_args = _arg_facts(func, self.low is not None and self.low.dynamic_floats)
+        self.meta = (self.low is not None and not self.low.needs_rng and not self.low.may_refuse and not plan.written
+                     and META_SHAPES)
+        """Whether a new trace takes this op's output shapes from PyTorch's meta kernel (`_meta_shapes`)."""
 
 
 _FACTS: dict[int, _OpFacts] = {}
@@ -862,7 +931,7 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     if low.checked:  # (the node about to be recorded; rolled back with it if recording fails)
         TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))
     if not written:
-        outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds)
+        outs = TRACE.add(f.plain_fn, f.plain_key, a, kinds, kw, kw_kinds, None, (f, args, kwargs) if f.meta else None)
         if KIND_T not in kinds and KIND_L not in kinds and KIND_T not in kw_kinds.values():
             _check_alloc(outs)  # (a factory: an allocation, refused now if it cannot fit, as in Strict mode)
         res = [None if o is None else _new_tensor(o) for o in outs]

@@ -46,6 +46,13 @@ class Lowering:
     """True when the lowering checks its indices on the device (`checks.require_in_range`): executors trace it
     inside `checks.collecting()` and carry its check record to the next sync point (`tputool.backend.asserts`)."""
 
+    @property
+    def may_refuse(self) -> bool:
+        """True when the lowering's module raises `Unsupported` for some arguments: only tracing it tells whether
+        it takes these (Fused recording then evaluates it abstractly rather than trusting PyTorch's meta kernel)."""
+        found = getattr(self.fn, "__globals__", None)
+        return found is None or found.get("Unsupported") is Unsupported
+
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
 """OpOverload (e.g. torch.ops.aten.add.Tensor) -> Lowering."""
