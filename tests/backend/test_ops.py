@@ -178,6 +178,20 @@ def test_nll_loss_backward_as_one_elementwise_expression(reduction):
                     ignore_index=ignore), torch.randn(*shape))
 
 
+def test_nll_loss_backward_computes_in_the_inputs_dtype():
+    """No float64 anywhere in the lowered backward of a float32 loss (Python floats become float64 with x64 on:
+    an (N, C) float64 select a TPU would have to emulate)."""
+    import jax
+    import jax.numpy as jnp
+
+    from tputool.backend.lowerings import LOWERINGS
+
+    fn = LOWERINGS[torch.ops.aten.nll_loss_backward.default].fn
+    jaxpr = jax.make_jaxpr(lambda g, x, t: fn(g, x, t, None, 1, -100, jnp.float32(6)))(
+        jnp.float32(1), jnp.zeros((6, 5), jnp.float32), jnp.zeros((6,), jnp.int64))
+    assert "f64" not in str(jaxpr)
+
+
 def _rnn_cases():
     """(name, module, input, initial state, indices of the outputs the loss reads)."""
     torch.manual_seed(0)
@@ -248,3 +262,51 @@ def test_grouped_mm_of_a_mixture_of_experts_matches_cpu(dtype, monkeypatch):
     assert got.dtype == dtype
     tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
     torch.testing.assert_close(got.cpu(), ref, **tol)
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_safe_softmax_slice_backward_and_isin_are_lowered_and_match_cpu(mode, monkeypatch):
+    """Ops a transformer step calls every step (attention's softmax, the gradient of a slice, HF's end-of-sequence
+    check) run as one lowering each rather than PyTorch's decomposition re-dispatched op by op."""
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    old = torch.tpu.eager_mode()
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode))
+    try:
+        _lowered_transformer_ops()
+    finally:
+        torch.tpu.set_eager_mode(old)
+
+
+def _lowered_transformer_ops():
+    from tputool.backend import op_plan
+
+    aten = torch.ops.aten
+    for op in (aten._safe_softmax.default, aten.slice_backward.default, aten.isin.Tensor_Tensor):
+        assert op_plan.plan(op).route is op_plan.Route.LOWERED
+    x = torch.randn(2, 3, 5)
+    x[0, 1] = float("-inf")  # a row that sees nothing: zeros, not NaN
+    x[1, :, 2] = float("-inf")
+    for args in ((x, -1), (x, 1), (x.to(torch.bfloat16), -1, torch.float32), (torch.tensor(float("-inf")), 0),
+                 (torch.tensor(0.5), -1)):
+        ref = aten._safe_softmax(*args)
+        got = aten._safe_softmax(args[0].to(T), *args[1:])
+        assert got.dtype == ref.dtype
+        torch.testing.assert_close(got.cpu(), ref)
+    g = torch.randn(4, 2, 6)
+    for sizes, dim, start, end, step in (((4, 5, 6), 1, 1, 5, 2), ((4, 2, 9), -1, 3, 2**63 - 1, 1),
+                                         ((7, 2, 6), 0, -4, 7, 1)):
+        ref = aten.slice_backward(g, sizes, dim, start, end, step)
+        torch.testing.assert_close(aten.slice_backward(g.to(T), sizes, dim, start, end, step).cpu(), ref)
+    w = torch.randn(3, 8, requires_grad=True)
+    (w[:, 2:7:2] * torch.arange(3.0)).sum().backward()
+    wt = w.detach().to(T).requires_grad_(True)
+    (wt[:, 2:7:2] * torch.arange(3.0).to(T)).sum().backward()
+    torch.testing.assert_close(wt.grad.cpu(), w.grad)
+    e, t = torch.tensor([[1, 5, 2], [7, 0, 5]]), torch.tensor([5, 7, 9], dtype=torch.int32)
+    for kw in ({}, {"invert": True}, {"assume_unique": True}):
+        ref = aten.isin(e, t, **kw)
+        got = aten.isin(e.to(T), t.to(T), **kw)
+        assert got.dtype == torch.bool
+        torch.testing.assert_close(got.cpu(), ref)
+    torch.testing.assert_close(aten.isin(torch.tensor(2.5).to(T), torch.tensor([2.5, 1.0]).to(T)).cpu(),
+                               torch.tensor(True))

@@ -439,6 +439,17 @@ def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     return self.at[tuple(idx)].set(src.astype(self.dtype))
 
 
+@lowering(aten.slice_backward.default)
+def slice_backward(grad_output, input_sizes, dim, start, end, step):
+    """The gradient of a slice: zeros of the input's shape with the slice's gradient in place."""
+    return slice_scatter(jnp.zeros(tuple(input_sizes), grad_output.dtype), grad_output, dim, start, end, step)
+
+
+@lowering(aten.isin.Tensor_Tensor)
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    return jnp.isin(elements, test_elements, invert=invert)
+
+
 @lowering(aten.select_scatter.default)
 def select_scatter(self, src, dim, index):
     d = dim % max(self.ndim, 1)

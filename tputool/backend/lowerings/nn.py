@@ -333,7 +333,8 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         g = g * weight.reshape([weight.shape[0] if i == cd else 1 for i in range(self.ndim)])
     g = jnp.where(keep, g, 0)
     hot = lax.broadcasted_iota(safe.dtype, self.shape, cd) == safe
-    return (jnp.where(hot, -1.0, 0.0).astype(self.dtype) * g).astype(self.dtype)
+    one = jnp.ones((), self.dtype)  # (not Python floats: with x64 on they make the (N, C) select a float64 one)
+    return (jnp.where(hot, -one, jnp.zeros((), self.dtype)) * g).astype(self.dtype)
 
 
 # The fused RNN cells. ATen's LSTM/GRU cells (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell) call them for CUDA,

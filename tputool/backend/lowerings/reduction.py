@@ -241,6 +241,14 @@ def softmax(self, dim, half_to_float):
     return out.astype(jnp.float32 if half_to_float else self.dtype)
 
 
+@lowering(aten._safe_softmax.default)
+def safe_softmax(self, dim, dtype=None):
+    """softmax, with 0 (not NaN) along rows whose inputs are all -inf (attention rows that see no position)."""
+    out = softmax(self if dtype is None else self.astype(np_dtype(dtype)), dim, False)
+    empty = jnp.all(self == -jnp.inf, axis=dim if self.ndim else None, keepdims=True)
+    return jnp.where(empty, jnp.zeros((), out.dtype), out)
+
+
 @lowering(aten._log_softmax.default)
 def log_softmax(self, dim, half_to_float):
     x = self.astype(_acc(self.dtype))
