@@ -25,7 +25,12 @@ and the peak resident memory and time of a fresh process that
 printed as MB above `base` per MB of source, interleaved. Files over --max-file-size (default 1 MB) are skipped
 by `port` (TPU940); the benchmark lifts that limit.
 
+With --against DIR (another checkout of tputool, e.g. a git worktree of main), the same runs of that tputool are
+interleaved with this one's: the `@` rows/columns (its own `base`, `port` and seconds; in the speed mode port-1 of
+both, each in a fresh process).
+
 Usage: python benchmarks/port_speed.py [--files 2000] [--jobs N] [--repeat 1] [--memory 1,3,5 [--whole-max 3]]
+                                       [--against DIR]
 """
 
 from __future__ import annotations
@@ -134,6 +139,26 @@ def floor(root: Path, jobs: int) -> float:
     return time.perf_counter() - t
 
 
+_PORT_SECONDS = """
+import sys, time
+from pathlib import Path
+from tputool.codemods import engine
+from tputool.codemods.config import ProjectConfig
+root = Path(sys.argv[1])
+t = time.perf_counter()
+engine.run([str(root)], ProjectConfig(root=root), want_diff=True, jobs=int(sys.argv[2]))
+print(time.perf_counter() - t)
+"""
+
+
+def port_seconds(root: Path, jobs: int, against: str | None) -> float:
+    """port()'s seconds in a fresh process importing this tputool (or the one at `against`), imports untimed."""
+    env, cwd = _env(against)
+    run = subprocess.run([sys.executable, "-c", _PORT_SECONDS, str(root), str(jobs)], capture_output=True,
+                         text=True, check=True, env=env, cwd=cwd)
+    return float(run.stdout.split()[-1])
+
+
 def port(root: Path, jobs: int) -> tuple[float, int, int]:
     """Seconds for tputool's port analysis of root; also (changed files, prefiltered files)."""
     from tputool.codemods import engine
@@ -240,11 +265,21 @@ def hot_file(base: Path, megabytes: float, scoped: bool = False) -> Path:
     return path
 
 
-def peak_bytes(mode: str, path: Path) -> tuple[int, str]:
+def _env(against: str | None) -> tuple[dict[str, str], str | None]:
+    """The environment and working directory of a fresh process importing this tputool (or the one at `against`)."""
+    env = {**os.environ, "TPUTOOL_BACKEND": "0"}
+    if against is None:
+        return env, None
+    return {**env, "PYTHONPATH": against}, against
+
+
+def peak_bytes(mode: str, path: Path, against: str | None = None) -> tuple[int, str]:
     """Peak RSS of a fresh process that parses (`parse`) or ports (`port`, or `whole`: with no windows) `path`
-    (`base`: ports a tiny file instead), and whether port went window by window."""
+    (`base`: ports a tiny file instead), and whether port went window by window (`against`: the tputool at
+    that directory)."""
+    env, cwd = _env(against)
     run = subprocess.run([sys.executable, "-c", _PEAK, mode, str(path), SNIPPET], capture_output=True, text=True,
-                         check=True, env={**os.environ, "TPUTOOL_BACKEND": "0"})
+                         check=True, env=env, cwd=cwd)
     words = run.stdout.split()
     return int(words[-1]), (words[0] if len(words) > 1 else "-")
 
@@ -252,37 +287,40 @@ def peak_bytes(mode: str, path: Path) -> tuple[int, str]:
 MEMORY_FILES = {"modules": big_file, "hot": hot_file, "scoped": lambda base, mb: hot_file(base, mb, scoped=True)}
 
 
-def memory(sizes: list[float], repeat: int, whole_max: float, kinds: list[str]) -> None:
+def memory(sizes: list[float], repeat: int, whole_max: float, kinds: list[str], against: str | None = None) -> None:
     """Print the peak memory above a tiny file's port, per MB of source: libcst's parse vs port (by windows) vs
-    port whole, one file per size and kind."""
+    port whole, one file per size and kind (`against`: also the port of the tputool at that directory)."""
     base = Path(tempfile.mkdtemp(prefix="tputool-bench-mem-"))
+    at = ("base@", "port@") if against else ()
     try:
         print(f"{'file':>7} {'MB':>5} {'base':>5} {'parse':>6} {'port':>6} {'whole':>6} {'parse/MB':>8} "
-              f"{'port/MB':>8} {'whole/MB':>8} {'port s':>7} {'whole s':>7}  port went")
+              f"{'port/MB':>8} {'whole/MB':>8} {'port s':>7} {'whole s':>7}  port went"
+              + (f"  {'base@':>5} {'port@':>6} {'port@/MB':>8} {'port@ s':>7}" if against else ""))
         print(f"{'':>7} {'':>5} {'(peak MB)':>20} {'':>6} {'(MB above base, per MB of source)':>35}")
         for kind, size in ((k, z) for z in sizes for k in kinds):
             path = MEMORY_FILES[kind](base, size)
             mb = path.stat().st_size / 1e6
-            modes = ("base", "parse", "port") + (("whole",) if size <= whole_max else ())
+            modes = ("base", "parse", "port") + (("whole",) if size <= whole_max else ()) + at
             runs: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
             how = "-"
             for _ in range(repeat):  # interleaved
                 for mode in modes:
                     t = time.perf_counter()
-                    peak, went = peak_bytes(mode, path)
+                    peak, went = peak_bytes(mode.rstrip("@"), path, against if mode.endswith("@") else None)
                     runs[mode].append((peak / 1e6, time.perf_counter() - t))
                     how = went if mode == "port" else how
             peak = {m: min(r[0] for r in runs[m]) for m in modes}
             secs = {m: min(r[1] for r in runs[m]) for m in modes}
-            above = {m: (peak[m] - peak["base"]) / mb for m in modes}
+            above = {m: (peak[m] - peak["base@" if m.endswith("@") else "base"]) / mb for m in modes}
 
             def cell(m: str, value: dict, fmt: str, width: int) -> str:
                 return format(value[m], fmt).rjust(width) if m in value else "-".rjust(width)
 
             print(f"{kind:>7} {mb:5.2f} {peak['base']:5.0f} {peak['parse']:6.0f} {peak['port']:6.0f} "
                   f"{cell('whole', peak, '.0f', 6)} {above['parse']:8.1f} {above['port']:8.1f} "
-                  f"{cell('whole', above, '.1f', 8)} {secs['port']:7.1f} {cell('whole', secs, '.1f', 7)}  {how}",
-                  flush=True)
+                  f"{cell('whole', above, '.1f', 8)} {secs['port']:7.1f} {cell('whole', secs, '.1f', 7)}  {how}"
+                  + (f"  {peak['base@']:5.0f} {peak['port@']:6.0f} {above['port@']:8.1f} {secs['port@']:7.1f}"
+                     if against else ""), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -296,9 +334,12 @@ def main() -> None:
     ap.add_argument("--memory", help="peak memory per MB of source instead: file sizes in MB, e.g. 1,3,5")
     ap.add_argument("--whole-max", type=float, default=3, help="--memory: port whole only files up to this many MB")
     ap.add_argument("--kinds", default="modules,hot,scoped", help="--memory: which files")
+    ap.add_argument("--against", help="also measure the tputool of this checkout (a directory), interleaved")
     args = ap.parse_args()
+    against = str(Path(args.against).resolve()) if args.against else None
     if args.memory:
-        memory([float(x) for x in args.memory.split(",")], args.repeat, args.whole_max, args.kinds.split(","))
+        memory([float(x) for x in args.memory.split(",")], args.repeat, args.whole_max, args.kinds.split(","),
+               against)
         return
     os.environ.setdefault("TPUTOOL_BACKEND", "0")
     import libcst  # noqa: F401
@@ -310,20 +351,24 @@ def main() -> None:
         trees = build_trees(base, args.files)
         print(f"{args.files} files per tree, {args.jobs} worker processes, best of {args.repeat}")
         print(f"{'tree':8} {'MB':>6} {'floor-1':>8} {'port-1':>8} {'ratio':>6} {'floor-N':>8} {'port-N':>8} "
-              f"{'ratio':>6}  changed/prefiltered")
+              f"{'ratio':>6}  changed/prefiltered" + ("   fresh-1 fresh-1@  ratio" if against else ""))
         for name in args.trees.split(","):
             root = trees[name]
             mb = sum(p.stat().st_size for p in root.rglob("*.py")) / 1e6
-            t = {"f1": [], "p1": [], "fn": [], "pn": []}
+            t: dict[str, list[float]] = {"f1": [], "p1": [], "fn": [], "pn": [], "s1": [], "a1": []}
             for _ in range(args.repeat):  # interleaved, so load from other processes hits all alike
                 t["f1"].append(floor(root, 1))
                 t["p1"].append(port(root, 1)[0])
                 t["fn"].append(floor(root, args.jobs))
                 dt, changed, skipped = port(root, args.jobs)
                 t["pn"].append(dt)
+                if against:  # this tputool and the other one, each in a fresh process
+                    t["s1"].append(port_seconds(root, 1, None))
+                    t["a1"].append(port_seconds(root, 1, against))
             f1, p1, fn, pn = (min(t[k]) for k in ("f1", "p1", "fn", "pn"))
+            extra = f"   {min(t['s1']):7.2f} {min(t['a1']):8.2f} {min(t['s1']) / min(t['a1']):6.2f}" if against else ""
             print(f"{name:8} {mb:6.1f} {f1:8.2f} {p1:8.2f} {p1 / f1:6.2f} {fn:8.2f} {pn:8.2f} {pn / fn:6.2f}  "
-                  f"{changed}/{skipped}", flush=True)
+                  f"{changed}/{skipped}" + extra, flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

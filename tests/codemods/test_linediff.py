@@ -94,3 +94,19 @@ def test_check_encodable_fails_where_encoding_the_whole_text_fails(encoding, tex
         assert block.value.reason == e.reason
     else:
         check_encodable(text, encoding, block=7)
+
+
+def test_the_diff_is_joined_from_the_lines_themselves():
+    # no new string per line (nor blocks of lines): each piece is a line of either file, its prefix, a header or
+    # the missing-newline mark, so the diff's text is held once, beside a list of references
+    old = "".join(f"x{k % 7} = torch.device('cuda')\n" if k % 5 == 0 else f"y = {k}\n" for k in range(400)) + "end"
+    new = old.replace("cuda", "tpu").replace("\nend", "\nend\n")
+    a, b, in_a, repeated = linediff._read(old, new)
+    bi, bj, bn = linediff._blocks(a, b, in_a, repeated)
+    pieces = linediff.diff_pieces(a, b, linediff._hunks(linediff._opcodes(bi, bj, bn, len(a), len(b)), 3), "/m.py")
+    ids = {id(x) for x in a} | {id(x) for x in b}
+    lines = [p for p in pieces if id(p) in ids]
+    assert len(lines) > 200
+    rest = [p for p in pieces if id(p) not in ids]
+    assert set(rest) - {" ", "-", "+", linediff.NO_NEWLINE} == {p for p in rest if p.startswith(("---", "@@"))}
+    assert "".join(pieces) == linediff.unified_diff(old, new, "/m.py") == _reference(old, new, "m.py", 3)

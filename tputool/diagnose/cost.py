@@ -33,8 +33,8 @@ COMPILE_NOTE_FRACTION = 0.05
 
 
 def _set(f: Finding, ms: float, basis: str) -> None:
-    f.extra["cost_ms"] = round(ms, 4)
-    f.extra["cost_basis"] = basis
+    # a new dict, not written into: findings may share one `extra` (port's do, codemods/python/context.py)
+    f.extra = {**f.extra, "cost_ms": round(ms, 4), "cost_basis": basis}
 
 
 def attach(findings: list[Finding], rec: RunRecord) -> None:

@@ -80,30 +80,30 @@ def is_torchscript_code(source: str) -> bool:
 # Files longer than this are rewritten a window of module-level statements at a time (each window about
 # WINDOW_SIZE long, everything outside it hidden like a cold statement): libcst's tree of a window, not of the
 # whole file, is what peaks in memory (about 0.5 GB per MB of window). Where a window's rewrite needs more of the
-# file, the file is ported whole. Smaller windows hold less (16 kB: ~8 MB of tree) and change neither the output
-# nor (measured) the time; a file under WINDOW_CHARS is ported whole, which parses it once, not twice.
+# file, the file is ported whole. Smaller windows hold less (8 kB: ~4 MB of tree, 16 kB ~8) and change neither
+# the output nor (measured) the time; a file under WINDOW_CHARS is ported whole, which parses it once, not twice.
 WINDOW_CHARS = 128_000
-WINDOW_SIZE = 16_000
+WINDOW_SIZE = 8_000
 
 
 def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list[Finding]] | None:
     """Port `source` one window of module-level statements at a time (speed/windows.py), never holding a tree
     of the whole file; None when it cannot be (then the caller ports the whole file)."""
     from tputool.codemods.python.speed import windows as win
-    from tputool.codemods.python.speed.cold import Hider, line_starts, shared_lines
+    from tputool.codemods.python.speed.cold import Hider, SourceLines
     from tputool.codemods.python.speed.names import IndexBuilder, import_bindings, import_levels
 
     units = win.module_units(source)
     if not units:
         return None
-    lines = shared_lines(source)
-    ranges = win.windows(units, line_starts(lines), WINDOW_SIZE)
+    lines = SourceLines(source)
+    ranges = win.windows(units, lines.starts, WINDOW_SIZE)
     if len(ranges) < 2:
         return None
 
     def window_ast(first: int, last: int):  # line numbers as in the file
         try:
-            tree = ast.parse("".join(lines[first - 1:last]))
+            tree = ast.parse(lines.join(first - 1, last))
         except (SyntaxError, ValueError):
             return None
         return ast.increment_lineno(tree, first - 1)
@@ -121,7 +121,8 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
     imports = import_bindings(e for d in range(depth) for lv in levels if d < len(lv) for e in lv[d])
     del levels
     hider = Hider(source, _MASK_TRIGGERS, _trigger_names(index.targets), lines)
-    masks = []
+
+    plans = []  # what each window hides: the rest of the file and, under an exact index, its cold code
     for k, (first, last, _) in enumerate(ranges):
         hidden = []
         if k:
@@ -132,38 +133,42 @@ def _port_windows(source: str, path: str, settings: Settings) -> tuple[str, list
             tree = window_ast(first, last)
             if tree is None:
                 return None
-            masks.append(hider.mask(tree.body, hidden))
+            plans.append(hider.plan(tree.body, hidden))
             del tree
         else:  # hiding a cold statement would change what a name means in scope analysis: only other windows
-            masks.append(hider.mask([], hidden))
-    del hider
+            plans.append(hider.plan([], hidden))
+
+    def masked(k: int):  # window k's masked text, made from its plan when it is read
+        return hider.build(plans[k])
+
     # the lines between a window's last one and the first statement of the next show in both (the next one's)
     shown = [units[ranges[k + 1][2]][0] - last - 1 if k + 1 < len(ranges) else None
              for k, (_, last, _) in enumerate(ranges)]
-    windows = list(zip(((f, la) for f, la, _ in ranges), masks, shown, strict=True))
-    del masks  # _port_masks lets go of each window once it is ported
-    return _port_masks(source, windows, path, settings, index, imports)
+    spans = [(first, last) for first, last, _ in ranges]
+    return _port_masks(source, spans, shown, masked, path, settings, index, imports)
 
 
-def _port_masks(source: str, windows: list, path: str, settings: Settings, index, imports
-                ) -> tuple[str, list[Finding]] | None:
-    """Port each window's masked text and join the results. `windows`: ((first, last line), Masked, the count of
-    lines after the window shown before the marker hiding the rest of the file, None for the last window)."""
+def _port_masks(source: str, spans: list[tuple[int, int]], shown: list[int | None], masked, path: str,
+                settings: Settings, index, imports) -> tuple[str, list[Finding]] | None:
+    """Port each window's masked text and join the results. `spans`: each window's (first, last) line; `shown`: the
+    count of lines after the window shown before the marker hiding the rest of the file (None for the last window);
+    `masked(k)`: window k's cold.Masked, made when it is read (twice: all windows' masked texts at once would
+    cost as much as the file's text again)."""
+    from tputool.codemods.python.speed.cold import join
     from tputool.codemods.python.speed.windows import Collector, gather
 
     try:
-        facts = gather(source, (masked.text for _, masked, _ in windows), index)
+        facts = gather(source, (masked(k).text for k in range(len(spans))), index)
     except cst.ParserSyntaxError:
         return None
     pieces: list[str] = []
     findings: list[Finding] = []
     collector = Collector()
-    for k in range(len(windows)):
-        (first, last), masked, shown = windows[k]
-        windows[k] = None
-        own = "".join(masked.lines[first - 1:last])
+    for k, (first, last) in enumerate(spans):
+        window = masked(k)
+        own = join(window.lines, first - 1, last)
         try:
-            done = _port(masked.text, path, settings, index, imports, whole=False, facts=facts, window=k)
+            done = _port(window.text, path, settings, index, imports, whole=False, facts=facts, window=k)
         except cst.ParserSyntaxError:
             return None
         collector.parsed(len(own))
@@ -171,19 +176,19 @@ def _port_masks(source: str, windows: list, path: str, settings: Settings, index
             return None
         new_text, found = done
         for f in found:
-            n = masked.line(f.line)
+            n = window.line(f.line)
             if not first <= n <= last:
                 return None
             f.line = n  # (in place: a copy of each would cost as much again while the windows are ported)
             findings.append(f)
-        if new_text is masked.text:
+        if new_text is window.text:
             pieces.append(own)
             continue
-        restored = masked.unmask_window(new_text, before=k > 0, after=shown)
+        restored = window.unmask_window(new_text, before=k > 0, after=shown[k])
         if restored is None:
             return None
         pieces.append(restored)
-    del windows, facts, masked
+    del facts, window
     collector.flush()  # the last windows' trees, before the caller goes on (a diff of the whole file)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     new_source = "".join(pieces)

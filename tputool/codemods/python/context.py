@@ -21,6 +21,28 @@ _EMPTY = cst.Module(body=[])
 _ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z][A-Za-z]*_\w+$")
 
 
+# The `extra` dicts of port findings, one per distinct value: a big generated file has ~17 findings per kB, and a
+# dict each cost ~1 MB per MB of source. Findings share them, so a finding's `extra` is never written into: whoever
+# adds to it replaces it (`f.extra = {**f.extra, ...}`). Bounded: cleared when it holds EXTRAS_MAX of them.
+_EXTRAS: dict[tuple[str, bool, str | None], dict[str, str]] = {}
+EXTRAS_MAX = 4096
+
+
+def shared_extra(rule: str, safe_here: bool, note: str | None) -> dict[str, str]:
+    """The `extra` of a port finding of rule `rule` (its name): shared by every finding with the same values."""
+    key = (rule, safe_here, note or None)
+    extra = _EXTRAS.get(key)
+    if extra is None:
+        if len(_EXTRAS) >= EXTRAS_MAX:
+            _EXTRAS.clear()
+        extra = {"rule": rule}
+        if safe_here:
+            extra["fix"] = "safe here"  # the handler proved this place safe (see fire's `safe`)
+        if note:
+            extra["note"] = note
+        _EXTRAS[key] = extra
+    return extra
+
 class PortBase(cst.CSTTransformer):
     """Base transformer: handlers call `fire()` to report (and learn whether to rewrite) and build nodes."""
 
@@ -225,11 +247,7 @@ class PortBase(cst.CSTTransformer):
         has_fix = fixable and rule.fix is not FixSafety.NONE
         is_safe = rule.fix is FixSafety.SAFE if safe is None else safe
         apply = has_fix and (is_safe or self.settings.unsafe_fixes)
-        extra = {"rule": rule.name}
-        if safe and rule.fix is FixSafety.UNSAFE and has_fix:
-            extra["fix"] = "safe here"  # the handler proved this place safe (see fire's `safe`)
-        if note:
-            extra["note"] = note
+        extra = shared_extra(rule.name, bool(safe and rule.fix is FixSafety.UNSAFE and has_fix), note)
         self.findings.append(Finding(path=self.path, line=line, col=col, code=code,
                                      message=message or rule.message, severity=severity or rule.severity,
                                      fixed=apply, fixable=has_fix, extra=extra))

@@ -33,17 +33,42 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
-def shared_lines(text: str) -> list[str]:
-    """split_lines(text), equal lines being one string (a big file repeats many of its lines: blank ones,
-    `return x`, a generated block; each line as its own string costs about three times its text)."""
-    lines: list[str] = []
-    seen: dict[str, str] = {}
-    for m in _LINE.finditer(text):
-        line = m.group()
-        lines.append(seen.setdefault(line, line))
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+class SourceLines:
+    """split_lines(text) as slices of the text, made when read: a big file's lines held as strings cost about three
+    times its text (49 bytes a string, 8 a list entry), these 8 bytes a line (`starts`: each line's offset)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = array("q", [0])
+        for m in _LINE.finditer(text):
+            if m.end() > m.start():
+                self.starts.append(m.end())
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        """Line `k` (0-based), or a list of the lines of slice `k`."""
+        if isinstance(k, slice):
+            return [self.text[self.starts[i]:self.starts[i + 1]] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return self.text[self.starts[k]:self.starts[k + 1]]
+
+    def join(self, start: int, stop: int) -> str:
+        """"".join(self[start:stop]), as one slice of the text."""
+        stop = min(stop, len(self))
+        return self.text[self.starts[start]:self.starts[stop]] if start < stop else ""
+
+
+Lines = list[str] | SourceLines
+
+
+def join(lines: Lines, start: int, stop: int) -> str:
+    """"".join(lines[start:stop]) (0-based, stop exclusive), for a list or a SourceLines."""
+    return lines.join(start, stop) if isinstance(lines, SourceLines) else "".join(lines[start:stop])
 
 
 @dataclass
@@ -51,7 +76,7 @@ class Masked:
     """A file with its cold statements hidden: `text` for the rewriter, what is needed to restore them."""
 
     text: str
-    lines: list[str]  # the original lines
+    lines: Lines  # the original lines
     spans: dict[str, tuple[str, int, int]]  # marker name -> (marker line, first line index, line count)
     marker_rows: list[int]  # 1-based line of each marker in `text`, ascending
     shifts: list[int]  # lines hidden by the markers up to and including each one
@@ -95,13 +120,15 @@ class Masked:
             marker, first, count = span
             if line != marker or name in absent:  # a rewrite moved it (e.g. unwrapped a `with`): cannot go back
                 return None
-            out.extend(self.lines[first:first + count])
+            out.append(join(self.lines, first, first + count))
             seen += 1
         return "".join(out) if seen == expected else None
 
 
-def line_starts(lines: list[str]) -> array:
+def line_starts(lines: Lines) -> array:
     """Offset of each line's first character, plus the text's length at the end (an array of 8-byte ints)."""
+    if isinstance(lines, SourceLines):
+        return lines.starts
     starts = array("q", [0])
     at = 0
     for ln in lines:
@@ -141,9 +168,9 @@ class Hider:
     """What is hot in one file, found once; `mask()` hides the cold statements of a statement list (the file's,
     or one window's when a large file is rewritten a window at a time) and any line spans it is given."""
 
-    def __init__(self, source: str, triggers: MaskTriggers, names: Iterable[str] = (), lines: list[str] | None = None
+    def __init__(self, source: str, triggers: MaskTriggers, names: Iterable[str] = (), lines: Lines | None = None
                  ) -> None:
-        self.lines = split_lines(source) if lines is None else lines  # (`lines`: the caller's split_lines(source))
+        self.lines = split_lines(source) if lines is None else lines  # (`lines`: the caller's lines of source)
         self.starts = line_starts(self.lines)
         self.hot = hot_lines(source, self.starts, triggers.substrings, (*triggers.words, *names))
         self.dim = hot_lines(source, self.starts, (), triggers.digit_words) if triggers.digit_words else None
@@ -151,10 +178,19 @@ class Hider:
     def mask(self, body: list[ast.stmt], hidden: Iterable[tuple[int, int]] = ()) -> Masked | None:
         """The file with the cold statements of `body` and the 1-based line spans `hidden` (first, last) replaced
         by markers; None when nothing is hidden."""
+        return self.build(self.plan(body, hidden))
+
+    def plan(self, body: list[ast.stmt], hidden: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+        """What mask() hides: (first line index, line count) of each span (a few numbers, where the masked text
+        costs as much as the text it shows)."""
         plan = _Planner(self.lines, self.hot, self.dim)
         plan.block(body)
         plan.spans += [(first - 1, last - first + 1) for first, last in hidden]
-        if not plan.spans:
+        return plan.spans
+
+    def build(self, plan: list[tuple[int, int]]) -> Masked | None:
+        """The file with the spans of `plan` (Hider.plan) replaced by markers; None when the plan is empty."""
+        if not plan:
             return None
         lines = self.lines
         out: list[str] = []
@@ -162,8 +198,8 @@ class Hider:
         rows: list[int] = []
         shifts: list[int] = []
         pos = 0
-        for n, (first, count) in enumerate(sorted(plan.spans)):
-            out.extend(lines[pos:first])
+        for n, (first, count) in enumerate(sorted(plan)):
+            out.append(join(lines, pos, first))
             line = lines[first]
             body_text = line.rstrip("\r\n")
             indent = body_text[:len(body_text) - len(body_text.lstrip(" \t\f"))]
@@ -171,11 +207,12 @@ class Hider:
             name = f"{MARKER}{n}__"
             marker = indent + name + (last[len(last.rstrip("\r\n")):] or "\n")
             out.append(marker)
-            rows.append(len(out))
-            shifts.append((shifts[-1] if shifts else 0) + count - 1)
+            before = shifts[-1] if shifts else 0
+            rows.append(first - before + 1)  # (the lines before it, less those the markers before it hide)
+            shifts.append(before + count - 1)
             spans[name] = (marker, first, count)
             pos = first + count
-        out.extend(lines[pos:])
+        out.append(join(lines, pos, len(lines)))
         return Masked("".join(out), lines, spans, rows, shifts)
 
 
@@ -198,7 +235,7 @@ def _first_line(stmt: ast.stmt) -> int:
 class _Planner:
     """Chooses the line spans to hide: runs of cold sibling statements that each start their own line."""
 
-    def __init__(self, lines: list[str], hot: bytearray, dim: bytearray | None) -> None:
+    def __init__(self, lines: Lines, hot: bytearray, dim: bytearray | None) -> None:
         self.lines, self.hot, self.dim = lines, hot, dim
         self.spans: list[tuple[int, int]] = []  # (first line index, line count), ascending
 

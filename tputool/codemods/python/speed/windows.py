@@ -14,7 +14,6 @@ window's transformer, so a window decides as the whole file would.
 from __future__ import annotations
 
 import gc
-import io
 import re
 import tokenize
 from array import array
@@ -50,7 +49,7 @@ def module_units(source: str) -> list[tuple[int, int]] | None:
     at_start = True
     decorated = False
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(_readline(source)):
             kind = tok.type
             if kind == tokenize.INDENT:
                 depth += 1
@@ -75,6 +74,22 @@ def module_units(source: str) -> list[tuple[int, int]] | None:
         units.append((first, last))
     return units
 
+
+def _readline(source: str):
+    """io.StringIO(source).readline without the copy: a StringIO holds 4 bytes per character of its text."""
+    at, end = 0, len(source)
+
+    def readline() -> str:
+        nonlocal at
+        if at >= end:
+            return ""
+        stop = source.find("\n", at)
+        stop = end if stop < 0 else stop + 1
+        line = source[at:stop]
+        at = stop
+        return line
+
+    return readline
 
 def windows(units: list[tuple[int, int]], starts: array, budget: int) -> list[tuple[int, int, int]]:
     """Consecutive 1-based line ranges (first, last) covering the file (`starts`: each line's offset, and the
