@@ -218,7 +218,7 @@ class Trace:
             fn, key = _reshape_fn(size), ("reshape", size)
         else:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
-        (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {}, jax.ShapeDtypeStruct(size, base.dtype))
+        (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {}, (size, base.dtype))
         return ("n", out.node, out.index)
 
     def zeros_for(self, st: Any) -> Lazy:
@@ -227,7 +227,7 @@ class Trace:
         base = st._tpu
         shape, dtype = tuple(base.shape), np.dtype(base.dtype)
         (zeros,) = self.add(_zeros_fn(shape, dtype), ("zeros", shape, dtype), (), [], {}, {},
-                            jax.ShapeDtypeStruct(shape, dtype))
+                            (shape, dtype))
         self.undo.append((st, base))
         st._tpu = zeros
         self.storages.append(weakref.ref(st))
@@ -240,10 +240,10 @@ class Trace:
 
     # -- nodes ----------------------------------------------------------------------------------------
     def add(self, fn: Callable, fn_key: Any, args: tuple, kinds: list, kwargs: dict,
-            kw_kinds: dict, known: Any = None, meta: tuple | None = None) -> list[Lazy | None]:
+            kw_kinds: dict, known: tuple | None = None, meta: tuple | None = None) -> list[Lazy | None]:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). A new
-        trace's output shapes come from `known` (their shape and dtype where the caller knows them: this
+        trace's output shapes come from `known` ((shape, dtype) where the caller knows them: this
         module's reshapes, reads, writes and zeros), else from `meta` ((op facts, torch args, kwargs): PyTorch's
         meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every node's recorded shapes are
         checked against its traced value when the trace is compiled (`_runner`)."""
@@ -252,7 +252,9 @@ class Trace:
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
-            shapes = known if known is not None else fused_disk.shapes(key) if key is not None else None
+            # (`known` becomes a ShapeDtypeStruct only here, on a new node: a known step pays nothing for it)
+            shapes = jax.ShapeDtypeStruct(*known) if known is not None else (
+                fused_disk.shapes(key) if key is not None else None)
             if shapes is None and meta is not None:
                 shapes = _meta_shapes(*meta)
             if shapes is None:
@@ -979,12 +981,12 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
         new = value
     elif whole:
         (new,) = TRACE.add(_reshape_fn(tuple(base.shape)), ("reshape", tuple(base.shape)), ((ref,),), [KIND_T], {}, {},
-                           jax.ShapeDtypeStruct(tuple(base.shape), value.dtype))
+                           (tuple(base.shape), value.dtype))
     else:
         bref = TRACE._ref(base)
         fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
         (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
-                           [KIND_T, KIND_T], {}, {}, jax.ShapeDtypeStruct(tuple(base.shape), base.dtype))
+                           [KIND_T, KIND_T], {}, {}, (tuple(base.shape), base.dtype))
     TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
     TRACE.storages.append(weakref.ref(st))
