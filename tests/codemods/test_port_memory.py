@@ -179,3 +179,35 @@ def test_a_windowed_port_holds_no_string_per_line(monkeypatch):
     monkeypatch.setattr(cold, "shared_lines", split, raising=False)
     new, findings = port_python(source, "a.py", Settings())
     assert new == source.replace(".cuda()", '.to("tpu")') and len(findings) == 5
+
+
+def test_each_window_is_given_each_distinct_outside_binding_once(monkeypatch):
+    # a file that imports the same module in every window (and rebinds `device` in some) gave each window every
+    # other window's copy of the binding: its scope analysis linked each access to all of them (memory and time
+    # that grew with the file); equal bindings on one side are given once, and the port is the whole file's
+    import tputool.codemods.python as python
+    from tputool.codemods.python import _port
+    from tputool.codemods.python.speed import names, windows
+    from tputool.codemods.python.tables import RELEVANT_ROOTS
+
+    copy = ("\nimport torch as T\nfrom torch import device\n\ndef f{k}(x, device):\n    return x.to(device)\n\n"
+            "d{k} = device('cuda') if {k} % 2 else T.zeros(1).cuda()\n{rebind}")
+    source = "".join(copy.format(k=k, rebind="device = 'cpu'\n" if k == 5 else "") for k in range(12))
+    given: list[tuple[list, list]] = []
+    real = windows.FileFacts.outside
+
+    def spy(self, k, text):
+        given.append(real(self, k, text))
+        return given[-1]
+
+    monkeypatch.setattr(python, "WINDOW_CHARS", 1)
+    monkeypatch.setattr(python, "WINDOW_SIZE", 1)
+    monkeypatch.setattr(windows.FileFacts, "outside", spy)
+    new, findings = port_python(source, "f.py", Settings())
+    index = names.build_index(source, RELEVANT_ROOTS)
+    assert not index.exact
+    assert (new, findings) == _port(source, "f.py", Settings(), index, None, whole=True)
+    assert len(given) > 12 and findings
+    for earlier, later in given:
+        for side in (earlier, later):
+            assert len(side) == len(set(side)) <= 4  # T, device (import, assignment), at most one of each a side

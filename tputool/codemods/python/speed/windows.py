@@ -120,19 +120,25 @@ class FileFacts:
     device_names: frozenset[str]
     reported_once: set[str] = field(default_factory=set)  # shared by the windows, in file order
     # where names need scope analysis (an inexact index): the file's module-level bindings (scopes.py) by the
-    # name's first part, each with the window it is in
-    bindings: dict[str, list[tuple[int, Binding]]] | None = None
+    # name's first part, each distinct binding once, with the first and last window that makes it
+    bindings: dict[str, dict[Binding, tuple[int, int]]] | None = None
 
     def outside(self, k: int, text: str) -> tuple[list[Binding], list[Binding]]:
         """The module-level bindings of the windows before window `k` and of those after it, of the names that
-        window `k` (`text`) holds (no other name is looked up there)."""
+        window `k` (`text`) holds (no other name is looked up there), each distinct binding once a side.
+
+        A name's qualified names are the union of its bindings' (libcst's scope analysis), and an access at module
+        level sees the earlier side only: equal bindings on one side give what one of them gives. (A file that
+        imports the same module 2,000 times gave each window 2,000 equal bindings to link every access to.)"""
         assert self.bindings is not None
         earlier: list[Binding] = []
         later: list[Binding] = []
         for word in set(_WORD.findall(text)) & self.bindings.keys():
-            for j, b in self.bindings[word]:
-                if j != k:
-                    (earlier if j < k else later).append(b)
+            for b, (first, last) in self.bindings[word].items():
+                if first < k:
+                    earlier.append(b)
+                if last > k:
+                    later.append(b)
         return earlier, later
 
     def apply(self, t) -> None:
@@ -217,7 +223,7 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
     optional: set[str] = set()
     sets_default = False
     assigns: list = []
-    bindings: dict[str, list[tuple[int, Binding]]] = {}
+    bindings: dict[str, dict[Binding, tuple[int, int]]] = {}
     n = 0  # windows read
     naming: list[tuple[int, str]] = []  # windows naming set_default_tensor_type, under an inexact index
     collector = Collector()
@@ -228,7 +234,9 @@ def gather(source: str, window_texts: Iterable[str], index: ImportIndex) -> File
             sets_default = sets_default or ("set_default_tensor_type" in window and sets_cuda_default(names, module))
         else:
             for b in global_bindings(module):
-                bindings.setdefault(b.name.split(".", 1)[0], []).append((n, b))
+                spans = bindings.setdefault(b.name.split(".", 1)[0], {})
+                span = spans.get(b)
+                spans[b] = (n, n) if span is None else (span[0], n)
             if "set_default_tensor_type" in window:
                 naming.append((n, window))
         n += 1
