@@ -205,7 +205,7 @@ def _jax_step(model_name: str):
     jl = _load("jax_llama")
     from tputool.models.llama import LlamaConfig
 
-    train, _ = jl.make_steps(LlamaConfig.tiny())
+    train = jl.make_clipped_train_step(LlamaConfig.tiny())  # the same step as _torch_step's loop
     state = {"p": jl.params_from_torch(model)}
     state["o"] = jl.adamw_init(state["p"])
     tx, ty = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())

@@ -101,8 +101,10 @@ def adamw_init(params: Params) -> dict:
 
 
 def adamw_update(params: Params, grads: Params, state: dict, lr: float = 1e-3, b1: float = 0.9,
-                 b2: float = 0.999, eps: float = 1e-8, wd: float = 0.01) -> tuple[Params, dict]:
-    """One torch.optim.AdamW step (default hyper-parameters)."""
+                 b2: float = 0.999, eps: float = 1e-8, wd: float = 0.01, vector_wd: float | None = None
+                 ) -> tuple[Params, dict]:
+    """One torch.optim.AdamW step (default hyper-parameters); `vector_wd`: the weight decay of parameters under
+    two dimensions, where it differs from `wd` (a second parameter group)."""
     step = state["step"] + 1
     m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
     v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
@@ -110,10 +112,33 @@ def adamw_update(params: Params, grads: Params, state: dict, lr: float = 1e-3, b
     c2 = 1 - b2 ** step.astype(jnp.float32)
 
     def upd(p, m, v):
-        p = p * (1 - lr * wd)
+        p = p * (1 - lr * (wd if p.ndim >= 2 or vector_wd is None else vector_wd))
         return p - lr * (m / c1) / (jnp.sqrt(v / c2) + eps)
 
     return jax.tree.map(upd, params, m, v), {"step": step, "m": m, "v": v}
+
+
+def clip_by_global_norm(grads: Params, max_norm: float) -> Params:
+    """torch.nn.utils.clip_grad_norm_(..., max_norm): every gradient times min(1, max_norm / (norm + 1e-6))."""
+    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
+    scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))
+    return jax.tree.map(lambda g: g * scale, grads)
+
+
+def make_clipped_train_step(cfg: Any, lr: float = 6e-4, b1: float = 0.9, b2: float = 0.95, wd: float = 0.1,
+                            max_norm: float = 1.0) -> Any:
+    """The jitted step of a nanoGPT-style loop (benchmarks/first_step.py's): forward, backward, clip to global
+    norm `max_norm`, AdamW with weight decay `wd` on matrices and none on vectors;
+    train_step(params, opt_state, tokens, targets) -> (params, opt_state, loss)."""
+    cos, sin = rotary_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+
+    def train_step(params, opt_state, tokens, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets, cfg, cos, sin)
+        grads = clip_by_global_norm(grads, max_norm)
+        params, opt_state = adamw_update(params, grads, opt_state, lr=lr, b1=b1, b2=b2, wd=wd, vector_wd=0.0)
+        return params, opt_state, loss
+
+    return jax.jit(train_step, donate_argnums=(0, 1))
 
 
 def make_steps(cfg: Any) -> tuple[Any, Any]:

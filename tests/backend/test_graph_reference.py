@@ -42,3 +42,33 @@ def test_reference_matches_torch_llama_forward_and_training() -> None:
         opt.step()
         params, state, jloss = train_step(params, state, jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
         np.testing.assert_allclose(float(jloss), loss.item(), rtol=1e-5, atol=1e-6)
+
+
+def test_clipped_reference_matches_the_first_step_benchmarks_torch_loop() -> None:
+    # benchmarks/first_step.py's JAX floor for the Llama: clipping to global norm 1.0 and AdamW with two groups
+    # (weight decay 0.1 on matrices, none on vectors, betas 0.9/0.95, lr 6e-4), as its torch loop does; the
+    # losses drift apart from the third step on if either is left out (checked: clip_grad_norm_ scales here)
+    spec = MODELS["llama"]
+    cfg = spec.config()
+    torch.manual_seed(0)
+    model = spec.build(cfg)
+    x, y = spec.example_batch(cfg, 2, "cpu", torch.Generator().manual_seed(0))
+    params = jax_llama.params_from_torch(model)
+    step = jax_llama.make_clipped_train_step(cfg)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95))
+    state = jax_llama.adamw_init(params)
+    clipped = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = spec.loss_fn(model(x), y)
+        loss.backward()
+        clipped.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) > 1.0)
+        opt.step()
+        params, state, jloss = step(params, state, jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
+        np.testing.assert_allclose(float(jloss), loss.item(), rtol=1e-5, atol=1e-6)
+    assert any(clipped)  # the clipping mattered
+    for name, w in (("norm", model.norm.weight), ("tok_emb", model.tok_emb.weight)):  # no decay / decayed
+        np.testing.assert_allclose(np.asarray(params[name]), w.detach().numpy(), rtol=1e-5, atol=5e-6)
