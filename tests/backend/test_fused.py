@@ -448,13 +448,13 @@ def test_shapes_known_to_the_recorder_equal_abstract_evaluation(fused, tpu_devic
     add = fused.Trace.add
     checked = []
 
-    def add_checking(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known=None):
+    def add_checking(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known=None, meta=None):
         if known is not None:
             desc = (fn_key, tuple(a[0] if k is fused.KIND_T else a for a, k in zip(args, kinds, strict=True)), ())
             want = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
             assert (tuple(known[0]), known[1]) == (tuple(want.shape), want.dtype), fn_key
             checked.append(fn_key[0])
-        return add(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known)
+        return add(self, fn, fn_key, args, kinds, kwargs, kw_kinds, known, meta)
 
     monkeypatch.setattr(fused.Trace, "add", add_checking)
     x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
@@ -516,3 +516,37 @@ def test_new_op_nodes_take_their_shapes_from_meta_kernels_and_are_checked_when_t
     with pytest.raises(RuntimeError, match="has no value"):  # (the trace is dropped: later work goes on)
         z.cpu()
     assert (torch.ones(2).to(tpu_device) + 1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_in_place_nodes_take_their_targets_shapes_and_keep_pytorchs_errors(fused, tpu_device: str,
+                                                                           monkeypatch) -> None:
+    """An in-place op new to the trie (an optimizer's foreach updates, `add_`) is checked by PyTorch's meta kernel
+    and takes its targets' shapes and dtypes, without abstract evaluation; arguments the op refuses still raise
+    PyTorch's error at the op, and the trace goes on."""
+    evaluated = []
+    shapes = fused.Trace._shapes
+    monkeypatch.setattr(fused.Trace, "_shapes", lambda self, fn, desc, *rest: evaluated.append(desc[0]) or shapes(
+        self, fn, desc, *rest))
+    cpu = [torch.randn(3, 11, 2), torch.randn(13)]  # (shapes no other test uses: every node is new to the trie)
+    ps = [t.to(tpu_device) for t in cpu]
+    gs = [torch.randn_like(t) for t in cpu]
+    tg = [g.to(tpu_device) for g in gs]
+    evaluated.clear()
+    torch._foreach_mul_(ps, 0.5)
+    torch._foreach_addcdiv_(ps, tg, [g.abs() + 1 for g in tg], [0.1, 0.2])
+    h = torch.arange(6.0, device=tpu_device).reshape(2, 3)
+    h.add_(torch.ones(3, device=tpu_device), alpha=2)
+    assert [e for e in evaluated if "foreach" in str(e) or "add_" in str(e)] == []
+    k = torch.arange(4, device=tpu_device)
+    k.mul_(3)  # (an integer target: its cast is checked by evaluating the lowering)
+    assert [e[0] for e in evaluated] == ["aten.mul_.Tensor"] and k.cpu().tolist() == [0, 3, 6, 9]
+    want = [t * 0.5 for t in cpu]
+    torch._foreach_addcdiv_(want, gs, [g.abs() + 1 for g in gs], [0.1, 0.2])
+    for p, w in zip(ps, want, strict=True):
+        torch.testing.assert_close(p.cpu(), w)
+    assert h.cpu().tolist() == [[2, 3, 4], [5, 6, 7]]
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.ones(3, device=tpu_device).add_(torch.ones(2, 3, device=tpu_device))
+    with pytest.raises(RuntimeError, match="can't be cast|not possible"):
+        torch.ones(4, dtype=torch.int64, device=tpu_device).mul_(torch.rand(4, device=tpu_device))
+    assert (torch.ones(2, device=tpu_device) * 3).cpu().tolist() == [3.0, 3.0]

@@ -62,7 +62,7 @@ def test_a_second_process_runs_the_step_from_disk_with_the_same_results(tmp_path
     off = _run("off")
     assert warm["losses"] == cold["losses"] == off["losses"]
     assert warm["weights"] == cold["weights"] == off["weights"]
-    assert cold["compiles"] >= 1 and cold["traces"] > 10
+    assert cold["compiles"] >= 1 and cold["traces"] >= 2  # (each program traced; new nodes' shapes mostly from meta)
     # nothing traced or compiled for the steps: their shapes and programs came from disk
     assert warm["compiles"] == 0 and warm["traces"] < cold["traces"] / 4, (warm, cold)
 

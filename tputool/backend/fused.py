@@ -244,8 +244,8 @@ class Trace:
         """Record fn(*args, **kwargs) (refs already resolved); returns one Lazy per output (None where the
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). A new
         trace's output shapes come from `known` ((shape, dtype) where the caller knows them: this
-        module's reshapes, reads, writes and zeros), else from `meta` ((op facts, torch args, kwargs): PyTorch's
-        meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every node's recorded shapes are
+        module's reshapes, reads, writes and zeros), else from `meta` ((op facts, torch args, kwargs[, written
+        targets]): PyTorch's meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every node's recorded shapes are
         checked against its traced value when the trace is compiled (`_runner`)."""
         desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
@@ -561,9 +561,16 @@ def _check_shapes(out: Any, want: Any, fn: Callable) -> None:
                             "torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER) and please report it")
 
 
-def _meta_shapes(f: _OpFacts, args: tuple, kwargs: dict) -> Any:
+def _meta_shapes(f: _OpFacts, args: tuple, kwargs: dict, targets: list | None = None) -> Any:
     """The output shapes and dtypes of op `f` on these torch arguments from PyTorch's meta kernel (C++: far
-    cheaper than evaluating the lowering abstractly), or None where it has none (the op is then not asked again)."""
+    cheaper than evaluating the lowering abstractly), or None where it has none (the op is then not asked again).
+    For an in-place op (`targets`: the tensors it writes, `op_plan.written_tensors`) whose results surely cast to
+    its targets (`_same_float`: meta kernels do not all check a cast, `int.mul_(float)`), the meta kernel checks
+    the arguments as the op would (broadcasting into a target: PyTorch's own error, raised by the abstract
+    evaluation it falls back to) and the node's outputs are its targets' shapes and dtypes, as
+    `op_plan.cast_results` makes them."""
+    if targets is not None and not _same_float(targets, args, kwargs):
+        return None
     def meta(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
@@ -582,10 +589,26 @@ def _meta_shapes(f: _OpFacts, args: tuple, kwargs: dict) -> Any:
         kw = {n: meta(v) for n, v in kwargs.items()}
         if "device" in kw:
             kw["device"] = "meta"
-        return sds(f.op(*[meta(v) for v in args], **kw))
-    except Exception:  # noqa: BLE001 - no meta kernel, or one that needs data: abstract evaluation instead
-        f.meta = False
+        out = f.op(*[meta(v) for v in args], **kw)
+    except Exception:  # noqa: BLE001 - no meta kernel, one that needs data, or arguments it refuses: abstract
+        f.meta = False  # evaluation instead (which raises the op's error, if any)
         return None
+    if targets is None:
+        return sds(out)
+    return tuple(jax.ShapeDtypeStruct(tuple(t.shape), tt.dtypes.to_np(t.dtype)) for t in targets)
+
+
+def _same_float(targets: list, args: tuple, kwargs: dict) -> bool:
+    """Whether every target and every tensor argument has one floating dtype and no argument is a complex number:
+    then an elementwise in-place op's result has the targets' dtype (Python numbers do not promote a float)."""
+    dt = targets[0].dtype if targets else None
+    if dt is None or not dt.is_floating_point:
+        return False
+    for v in (*targets, *args, *kwargs.values()):
+        for x in v if isinstance(v, list | tuple) else (v,):
+            if isinstance(x, torch.Tensor) and x.dtype != dt or isinstance(x, complex):
+                return False
+    return True
 
 
 @functools.cache
@@ -686,8 +709,8 @@ class _OpFacts:
         self.returns_list = len(rets) == 1 and isinstance(rets[0].type, torch._C.ListType)
         self.names = [a.name for a in schema_args]
         self.args, self.pos_args = _arg_facts(func, self.low is not None and self.low.dynamic_floats)
-        self.meta = (self.low is not None and not self.low.needs_rng and not self.low.may_refuse and not plan.written
-                     and META_SHAPES)
+        self.meta = (self.low is not None and not self.low.needs_rng and not self.low.may_refuse and META_SHAPES
+                     and torch.Tag.inplace_view not in func.tags)  # (t_, squeeze_: their lowering refuses the write)
         """Whether a new trace takes this op's output shapes from PyTorch's meta kernel (`_meta_shapes`)."""
 
 
@@ -943,7 +966,8 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
     dts = tuple(t.dtype for t in targets)
     shapes = tuple(tuple(t.shape) for t in targets)
     fn = _cast_fn(low.fn, dts, shapes, low.needs_rng, f.key)
-    outs = TRACE.add(fn, (f.key, dts, shapes), a, kinds, kw, kw_kinds)
+    outs = TRACE.add(fn, (f.key, dts, shapes), a, kinds, kw, kw_kinds, None,
+                     (f, args, kwargs, targets) if f.meta else None)
     for t, o in zip(targets, outs, strict=True):
         _write(t, o)
     return vals[written[0]] if f.n_returns else None
