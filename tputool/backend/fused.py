@@ -245,8 +245,8 @@ class Trace:
         lowering returns None, e.g. convolution_backward's grad_bias when output_mask leaves it out). A new
         trace's output shapes come from `known` ((shape, dtype) where the caller knows them: this
         module's reshapes, reads, writes and zeros), else from `meta` ((op facts, torch args, kwargs[, written
-        targets]): PyTorch's meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every node's recorded shapes are
-        checked against its traced value when the trace is compiled (`_runner`)."""
+        targets]): PyTorch's meta kernel, see `_meta_shapes`), else from abstract evaluation of `fn`. Every
+        node's recorded shapes are checked against its traced value when the trace is compiled (`_runner`)."""
         desc = (fn_key, tuple([a[0] if k is KIND_T else _desc(a, k) for a, k in zip(args, kinds, strict=False)]),
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
