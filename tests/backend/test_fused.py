@@ -550,3 +550,37 @@ def test_in_place_nodes_take_their_targets_shapes_and_keep_pytorchs_errors(fused
     with pytest.raises(RuntimeError, match="can't be cast|not possible"):
         torch.ones(4, dtype=torch.int64, device=tpu_device).mul_(torch.rand(4, device=tpu_device))
     assert (torch.ones(2, device=tpu_device) * 3).cpu().tolist() == [3.0, 3.0]
+
+
+def test_a_fused_computations_ops_are_named_after_the_recorded_ops(fused, tpu_device: str, monkeypatch) -> None:
+    """Each recorded node's ops carry its name (the op's key, or read/write/reshape/zeros) in the fused
+    computation's name stack, so a TPU profile of the step names PyTorch's ops, not `jit(run)/mul`."""
+    import jax
+
+    stacks: list[str] = []
+    real = fused._runner
+
+    def runner(nodes, outs, *rest, **kw):
+        run = real(nodes, outs, *rest, **kw)
+
+        def spy(*ext):
+            avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x for x in ext]
+            jaxpr = jax.make_jaxpr(run)(*avals)
+            stacks.extend(str(e.source_info.name_stack) for e in jaxpr.jaxpr.eqns)
+            return run(*ext)
+
+        return spy
+
+    monkeypatch.setattr(fused, "_runner", runner)
+    x = torch.randn(3, 13, 4).to(tpu_device)  # (a shape no other test uses: a new trace)
+    w = torch.randn(4, 5).to(tpu_device)
+    y = torch.relu(x @ w).transpose(0, 2)  # (mm on a reshape, a strided read for the transposed result)
+    y[0] += 1.0  # (a write through a view)
+    got = y.cpu()
+    want = torch.relu(x.cpu() @ w.cpu()).transpose(0, 2)
+    want[0] += 1.0
+    torch.testing.assert_close(got, want)
+    named = " ".join(stacks)
+    for name in ("aten.relu.default", "aten.add_.Tensor", "write"):
+        assert name in named, (name, sorted(set(stacks)))
+    assert all(s for s in stacks), "an op of the fused computation has no name"

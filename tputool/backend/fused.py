@@ -485,6 +485,8 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset(), shapes: 
     """The fused computation: every node in order, returning the `outs` values, then (when some nodes are
     `checked`) their check records stacked in node order. With `shapes` (each node's recorded output shapes),
     each traced value is checked against them (`_check_shapes`)."""
+    names = [getattr(fn, "op_name", "op") for fn, *_ in nodes]  # (each node's ops named after it: TPU profiles)
+
     def run(*ext):
         vals: list = []
         records: list = []
@@ -498,11 +500,12 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset(), shapes: 
         for j, (fn, args, kinds, kwargs, kw_kinds) in enumerate(nodes):
             a = [_resolve(x, k, get) for x, k in zip(args, kinds, strict=True)]
             kw = {n: _resolve(v, kw_kinds[n], get) for n, v in kwargs.items()}
-            if j in checked:
-                out, record = run_checked(fn, *a, **kw)
-                records.append(record)
-            else:
-                out = fn(*a, **kw)
+            with jax.named_scope(names[j]):
+                if j in checked:
+                    out, record = run_checked(fn, *a, **kw)
+                    records.append(record)
+                else:
+                    out = fn(*a, **kw)
             if shapes is not None:
                 _check_shapes(out, shapes[j], fn)
             vals.append(out)
@@ -514,26 +517,32 @@ def _runner(nodes: list, outs: tuple, checked: frozenset = frozenset(), shapes: 
 
 @functools.cache
 def _zeros_fn(shape: tuple, dtype: np.dtype) -> Callable:
-    return lambda: jax.numpy.zeros(shape, dtype)
+    return _named(lambda: jax.numpy.zeros(shape, dtype), "zeros")
 
 
 @functools.cache
 def _reshape_fn(size: tuple) -> Callable:
-    return lambda x: x.reshape(size)
+    return _named(lambda x: x.reshape(size), "reshape")
 
 
 @functools.cache
 def _read_fn(size: tuple, stride: tuple, off: int) -> Callable:
     from tputool.backend.views import strided_read
 
-    return lambda base: strided_read(base.reshape(-1), size, stride, off)
+    return _named(lambda base: strided_read(base.reshape(-1), size, stride, off), "read")
 
 
 @functools.cache
 def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callable:
     from tputool.backend.views import strided_write
 
-    return lambda base, v: strided_write(base.reshape(-1), v, size, stride, off).reshape(base_shape)
+    return _named(lambda base, v: strided_write(base.reshape(-1), v, size, stride, off).reshape(base_shape), "write")
+
+
+def _named(fn: Callable, name: str) -> Callable:
+    """`fn` with the name its ops carry in the fused computation (`_runner`; an op node's is its op's key)."""
+    fn.op_name = name
+    return fn
 
 
 class ShapeMismatch(RuntimeError):
