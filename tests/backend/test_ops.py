@@ -310,3 +310,38 @@ def _lowered_transformer_ops():
         torch.testing.assert_close(got.cpu(), ref)
     torch.testing.assert_close(aten.isin(torch.tensor(2.5).to(T), torch.tensor([2.5, 1.0]).to(T)).cpu(),
                                torch.tensor(True))
+
+
+def _bits_equal(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal values, NaNs in the same places and zeros with the same signs."""
+    nan = want.isnan()
+    return bool(torch.equal(got.isnan(), nan) and torch.equal(got[~nan], want[~nan])
+                and torch.equal(got[~nan].signbit(), want[~nan].signbit()))
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_lerp_matches_cpus_bits(mode):
+    """lerp's two formulas (PyTorch's: `a + w*(b-a)` for |w| < 0.5, else `b - (b-a)*(1-w)`), with one weight or a
+    tensor of weights, in place or not, equal CPU's results bit for bit: signed zeros, infinities and NaNs too
+    (AdamW's moments are a lerp of the gradient)."""
+    old = torch.tpu.eager_mode()
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode))
+    try:
+        g = torch.Generator().manual_seed(0)
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            a = torch.randn(300, generator=g).to(dtype)
+            b = (torch.randn(300, generator=g) * 3).to(dtype)
+            for w in (0.1, 0.5, 0.49, 0.9, -0.3, 1.7, 0.0, 1.0, float("nan")):
+                assert _bits_equal(torch.lerp(a.to(T), b.to(T), w).cpu(), torch.lerp(a, b, w)), (dtype, w)
+            wt = (torch.rand(300, generator=g) * 1.4 - 0.2).to(dtype)
+            assert _bits_equal(torch.lerp(a.to(T), b.to(T), wt.to(T)).cpu(), torch.lerp(a, b, wt)), dtype
+            x, y = a.clone(), a.to(T)
+            x.lerp_(b, 0.1)
+            y.lerp_(b.to(T), 0.1)
+            assert _bits_equal(y.cpu(), x), dtype
+        a = torch.tensor([0.0, -0.0, 1.0, -0.0, float("inf"), float("nan"), -0.0, 2.0])
+        b = torch.tensor([-0.0, -0.0, 1.0, 0.0, 1.0, 1.0, -0.0, float("-inf")])
+        for w in (1.0, 0.0, 0.5, 0.49, -0.0, float("nan"), float("inf"), 2.0):
+            assert _bits_equal(torch.lerp(a.to(T), b.to(T), w).cpu(), torch.lerp(a, b, w)), w
+    finally:
+        torch.tpu.set_eager_mode(old)
