@@ -15,19 +15,31 @@ import torch
 
 from tputool.models import MODELS
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "jax_llama.py"
-_spec = importlib.util.spec_from_file_location("jax_llama", _PATH)
-jax_llama = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(jax_llama)
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def test_reference_matches_torch_llama_forward_and_training() -> None:
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, _BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+jax_llama = _benchmark("jax_llama")
+
+
+def _llama():
+    """The built-in Llama's spec, config, seeded model, a batch, and the model's weights as the reference's params."""
     spec = MODELS["llama"]
     cfg = spec.config()
     torch.manual_seed(0)
     model = spec.build(cfg)
     x, y = spec.example_batch(cfg, 2, "cpu", torch.Generator().manual_seed(0))
-    params = jax_llama.params_from_torch(model)
+    return spec, cfg, model, x, y, jax_llama.params_from_torch(model)
+
+
+def test_reference_matches_torch_llama_forward_and_training() -> None:
+    spec, cfg, model, x, y, params = _llama()
     train_step, infer = jax_llama.make_steps(cfg)
 
     logits = np.asarray(infer(params, jnp.asarray(x.numpy())))
@@ -46,19 +58,11 @@ def test_reference_matches_torch_llama_forward_and_training() -> None:
 
 def test_clipped_reference_matches_the_first_step_benchmarks_torch_loop() -> None:
     # benchmarks/first_step.py's JAX floor for the Llama: clipping to global norm 1.0 and AdamW with two groups
-    # (weight decay 0.1 on matrices, none on vectors, betas 0.9/0.95, lr 6e-4), as its torch loop does; the
-    # losses drift apart from the third step on if either is left out (checked: clip_grad_norm_ scales here)
-    spec = MODELS["llama"]
-    cfg = spec.config()
-    torch.manual_seed(0)
-    model = spec.build(cfg)
-    x, y = spec.example_batch(cfg, 2, "cpu", torch.Generator().manual_seed(0))
-    params = jax_llama.params_from_torch(model)
+    # (weight decay 0.1 on matrices, none on vectors, betas 0.9/0.95, lr 6e-4), as its torch loop (and its
+    # `_optimizer`) does; the losses (clipping) and the weights (decay) differ if either is left out
+    spec, cfg, model, x, y, params = _llama()
     step = jax_llama.make_clipped_train_step(cfg)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95))
+    opt = _benchmark("first_step")._optimizer(model)
     state = jax_llama.adamw_init(params)
     clipped = []
     for _ in range(4):
