@@ -36,6 +36,18 @@ def test_json_trace_reads_like_the_xplane(trace_dir):
     assert a.compute_s == pytest.approx(b.compute_s) and len(a.top_ops) == len(b.top_ops)
 
 
+def test_a_slow_step_moves_the_step_with_its_parts():
+    """Op and idle times are means over the steps; the step the refit aims at is their mean too, so one slow
+    step (a loaded host) cannot leave the parts summing to more than the step."""
+    from tputool.profile.reader import OpStat, TraceSummary
+    from tputool.tune.trace_calibrate import TraceTimes
+
+    ops = [OpStat("dot.1", "m", "compute", 2e-3, 1, 0.5), OpStat("fusion.2", "m", "compute", 1e-3, 1, 0.5)]
+    s = TraceSummary("t", "x", None, 1, [3.5e-3, 3.5e-3, 3.5e-3, 7.5e-3], 0.0, 3e-3, 0.0, 1.5e-3, 1e-3, ops)
+    t = TraceTimes.from_summary(s)
+    assert t.step == pytest.approx(t.idle + sum(t.by_class.values()))
+
+
 def test_round_trip_refit_predicts_the_traced_step(trace_dir):
     from tputool.profile.reader import read_trace
     from tputool.tune.api import resolve_model

@@ -12,6 +12,7 @@ elementwise: the matmul fraction is then a lower bound and the HBM one an upper 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +37,16 @@ class TraceTimes:
 
     @classmethod
     def from_summary(cls, s: TraceSummary) -> TraceTimes:
-        """Sum the summary's ops (read with no top limit) by op class."""
+        """Sum the summary's ops (read with no top limit) by op class.
+
+        The step is the mean of the measured steps, as the ops' and the idle time are: one slow step (a loaded
+        host) moves all three alike, where a median step would leave the parts summing to more than the whole.
+        """
         by = dict.fromkeys(CLASSES, 0.0)
         for op in s.top_ops:
             by[op_class(op.name)] += op.time_s
-        return cls(step=s.step_time_s, by_class=by, idle=s.idle_s)
+        step = statistics.fmean(s.step_times_s) if s.step_times_s else float("nan")
+        return cls(step=step, by_class=by, idle=s.idle_s)
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Calibration:
         for k in CLASSES:
             out.append(f"{k:12s} {pred[k] * 1e3:10.3f} ms {m.by_class[k] * 1e3:10.3f} ms")
         out.append(f"{'idle':12s} {b.terms['fixed'] * 1e3:10.3f} ms {m.idle * 1e3:10.3f} ms")
-        out.append(f"step: the model predicted {b.step_s * 1e3:.3f} ms, the trace shows {m.step * 1e3:.3f} ms "
+        out.append(f"step: the model predicted {b.step_s * 1e3:.3f} ms, the trace shows {m.step * 1e3:.3f} ms (mean) "
                    f"(predicted/trace = {b.step_s / m.step:.2f}); refit model: {self.after.step_s * 1e3:.3f} ms "
                    f"({self.after.step_s / m.step:.2f})")
         e = self.efficiency
