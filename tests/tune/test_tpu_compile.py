@@ -72,3 +72,24 @@ def test_moe_gmm_candidates_compile_per_device_on_a_mesh():
     for data, fsdp in ((1, 4), (4, 1)):
         c = Candidate(data=data, fsdp=fsdp, batch=2, remat="full", precision="bf16", moe="gmm")
         assert 0 < check(c) < 16e9
+
+
+def test_compile_top_sets_how_many_candidates_compile_and_0_compiles_none(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from tputool.cli import app
+    from tputool.tune import tpu_compile
+
+    compiled = []
+    monkeypatch.setattr(tpu_compile, "compile_checker",
+                        lambda rm, hw, log=None: lambda c: compiled.append(c.key) or 1e9)
+    args = ["tune", "--model", "llama", "--target", "v5e-8", "--batch", "1,2", "--remat", "none",
+            "--attention", "plain", "--precision", "bf16", "--out", str(tmp_path / "t.yaml")]
+    for top, count in ((2, 2), (0, 0)):
+        compiled.clear()
+        r = CliRunner().invoke(app, [*args, "--compile-top", str(top)])
+        assert r.exit_code == 0, r.output
+        assert len(compiled) == count
+        assert ("--compile-top 0: memory fit and times are estimated" in r.output) == (top == 0)
+    r = CliRunner().invoke(app, [*args, "--compile-top", "-1"])
+    assert r.exit_code == 2

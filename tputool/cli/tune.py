@@ -35,6 +35,9 @@ def tune_cmd(
     mesh: str = typer.Option(None, "--mesh", help="Only these meshes, e.g. d8f1t1,d2f4t1 (default: all)."),
     hbm_gb: float = typer.Option(None, "--hbm-gb", min=0.001, help="Memory per device for measured mode (GB)."),
     steps: int = typer.Option(3, "--steps", min=1, help="Profiled steps per measured candidate."),
+    compile_top: int = typer.Option(3, "--compile-top", min=0, help="With --target and libtpu: compile this many "
+                                    "of the best-ranked candidates for the slice to check they fit (0: estimate "
+                                    "only, in seconds instead of minutes for a large model)."),
     set_: list[str] = typer.Option([], "--set", help="Model config override FIELD=VALUE (repeatable)."),
     global_batch: int = typer.Option(None, "--global-batch", min=1, help="Sequences per step (replaces --batch)."),
     calibration: str = typer.Option(None, "--calibration", help="Achievable fractions per chip (a YAML "
@@ -96,7 +99,8 @@ def tune_cmd(
             bar.update(task, total=n, completed=i, description=what)
 
         result = tune_model(model, target=target, overrides=parse_overrides(set_), space=space, fraction=fraction,
-                            hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, progress=progress,
+                            hbm_bytes=hbm_gb * 1e9 if hbm_gb else None, steps=steps, compile_top=compile_top,
+                            progress=progress,
                             calibration=calibration, top=measure)
     if json_out:
         typer.echo(to_json(result))

@@ -78,7 +78,7 @@ def tune_model(model: str, *, target: str | None = None, overrides: dict[str, An
                calibration: str | None = None, top: int | None = None) -> TuneResult:
     """Search `model`'s configurations: measured on the local devices (at most `fraction` of the candidates
     and at most `top` are run), or predicted for a TPU `target` (achievable fractions from the `calibration`
-    YAML, default the fit on published runs)."""
+    YAML, default the fit on published runs; with libtpu the `compile_top` best are compiled for it, 0: none)."""
     rm = resolve_model(model, overrides)
     log = XlaLog()
     result = _search(rm, log, target=target, space=space or SearchSpace(), fraction=fraction, hbm_bytes=hbm_bytes,
@@ -94,16 +94,22 @@ def _search(rm: ResolvedModel, log: XlaLog, *, target: str | None, space: Search
     """The measured or predicted search of `tune_model` (compile warnings filed in `log`)."""
     if not 0 < fraction <= 1:
         raise UserError(f"--fraction must be in (0, 1], got {fraction}")
+    if compile_top < 0:
+        raise UserError(f"--compile-top must be 0 or more, got {compile_top}")
     if target is not None:
         from tputool.tune import tpu_compile
         from tputool.tune.hardware import tpu_hardware
 
         hw = tpu_hardware(target, calibration=calibration)
         multi_slice = hw.slice is not None and hw.slice.slices > 1  # compile-only devices are one slice
-        check = tpu_compile.compile_checker(rm, hw, log) if tpu_compile.available() and not multi_slice else None
+        checked = tpu_compile.available() and not multi_slice and compile_top > 0
+        check = tpu_compile.compile_checker(rm, hw, log) if checked else None
         result = tune_predicted(rm.dims, hw, space, rm.param_shapes, check, top=compile_top, progress=progress)
         if multi_slice:
             result.notes.append("multi-slice target: memory fit and times are estimated (no compile check)")
+        elif compile_top == 0:
+            result.notes.append("--compile-top 0: memory fit and times are estimated from the spec table (no "
+                                "compile check)")
         elif check is None:
             result.notes.append("libtpu not installed (pip install 'tputool[tpu-compile]'): memory fit and "
                                 "times are estimated from the spec table")
