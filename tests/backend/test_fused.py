@@ -584,3 +584,43 @@ def test_a_fused_computations_ops_are_named_after_the_recorded_ops(fused, tpu_de
     for name in ("aten.relu.default", "aten.add_.Tensor", "write"):
         assert name in named, (name, sorted(set(stacks)))
     assert all(s for s in stacks), "an op of the fused computation has no name"
+
+
+def test_a_sequence_growing_by_a_token_each_step_stops_compiling_the_whole_step(fused, tpu_device: str,
+                                                                                  monkeypatch) -> None:
+    """A decoding loop of its own (minGPT's kind): the sequence grows by one token per step, the model reads its
+    last BLOCK tokens. Once the read of the tail and the concatenation have had several lengths at their places,
+    they run alone and the model's step is the fused program compiled before; every token equals CPU's. (An op
+    that starts a trace is never run alone: CHURN_SEEN.)"""
+    import torch.nn.functional as F
+
+    nodes = []
+    real = fused.Trace._compiled
+    monkeypatch.setattr(fused.Trace, "_compiled", lambda self, *a: nodes.append(len(self.nodes)) or real(self, *a))
+    vocab, block = 17, 8
+    torch.manual_seed(0)
+    emb, pos, head = torch.nn.Embedding(vocab, 16), torch.nn.Embedding(block, 16), torch.nn.Linear(16, vocab)
+
+    def generate(idx: torch.Tensor, n: int) -> tuple[torch.Tensor, list[int]]:
+        per_token = []
+        for _ in range(n):
+            before = len(nodes)
+            cond = idx if idx.size(1) <= block else idx[:, -block:]
+            where = torch.arange(cond.size(1), device=cond.device)  # (first, as minGPT's and nanoGPT's models do)
+            h = emb(cond) + pos(where)
+            nxt = torch.argmax(F.softmax(head(torch.tanh(h))[:, -1, :], dim=-1), dim=-1, keepdim=True)
+            idx = torch.cat((idx, nxt), dim=1)
+            int(nxt[0, 0])  # the loop's own sync (a stopping check)
+            per_token.append(sum(nodes[before:]))
+        return idx, per_token
+
+    x = torch.randint(0, vocab, (1, 3), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, _ = generate(x, 24)
+        for m in (emb, pos, head):
+            m.to(tpu_device)
+        got, per_token = generate(x.to(tpu_device), 24)
+    assert torch.equal(got.cpu(), want)
+    assert max(per_token[:5]) > 5  # (the step is a fused program: compiled while the shapes are new)
+    assert per_token[-8:] == [0] * 8, per_token  # past the block: nothing of the step compiles again
+    assert any("keep changing here" in d for d in _flushes())

@@ -45,6 +45,15 @@ META_SHAPES = True
 each lowering, ~1 ms per new node)."""
 MAX_NODES = 4000
 """A trace longer than this is flushed (reason "size") to bound compile times."""
+CHURN_SEEN = 2
+"""An op recorded with new shapes where the same op already had this many other ones (at the same place in a
+trace: after the same recorded prefix; not a trace's first op, whose place every trace of the process shares)
+runs alone instead, after a flush of the prefix, and the trace goes on after it: a sequence that grows by one
+token each step then costs a small program per length (its concatenation and the read of its tail), not a new
+fused program of the whole step per length."""
+CHURN_BUDGET = 4
+"""Ops run alone that way in a row, at most, until an op is recorded as before (a step whose every shape is new,
+e.g. a new batch size throughout, then runs its first few ops alone and fuses the rest)."""
 
 PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach.default, aten.alias.default,
                aten.lift_fresh.default}
@@ -127,6 +136,7 @@ class Trace:
 
     def __init__(self) -> None:
         self._gc_paused = False
+        self.churn_left = CHURN_BUDGET  # ops that may still run alone in a row (CHURN_BUDGET)
         self.reset()
 
     def reset(self) -> None:
@@ -144,6 +154,7 @@ class Trace:
         self._node_shapes: list = []
         self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
         self.checks: list[tuple[int, str, str]] = []  # (node, op, user's file:line) of each checked op recorded
+        self.churned = False  # an op being recorded met shapes that keep changing at its place (CHURN_SEEN)
 
     def _pause_gc(self) -> None:
         # While a trace records, the cyclic collector only moves its nodes and pending values (which die
@@ -167,6 +178,7 @@ class Trace:
     def rollback(self, mark: tuple) -> None:
         """Forget what was recorded since `mark` (a failed recording), restoring the storages it wrote."""
         n, e, lz, st, undo, self.step, nc = mark
+        self.churned = False
         del self.checks[nc:]
         for storage, before in reversed(self.undo[undo:]):
             storage._tpu = before
@@ -251,6 +263,8 @@ class Trace:
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
+            if self.churn_left and self.step is not _ROOT and _churning(self.step.kids, fn_key):
+                self.churned = True
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
             # (`known` becomes a ShapeDtypeStruct only here, on a new node: a known step pays nothing for it)
             shapes = jax.ShapeDtypeStruct(*known) if known is not None else (
@@ -262,6 +276,8 @@ class Trace:
                 if key is not None:
                     fused_disk.remember_shapes(key, shapes)
             nxt = self.step.kids[desc] = _Step(shapes, key)
+        else:  # a node recorded before: ops whose shapes keep changing may run alone again (CHURN_BUDGET)
+            self.churn_left = CHURN_BUDGET
         shapes = nxt.shapes
         self.step = nxt
         self._node_shapes.append(shapes)
@@ -537,6 +553,21 @@ def _write_fn(base_shape: tuple, size: tuple, stride: tuple, off: int) -> Callab
     from tputool.backend.views import strided_write
 
     return _named(lambda base, v: strided_write(base.reshape(-1), v, size, stride, off).reshape(base_shape), "write")
+
+
+def _head(fn_key: Any) -> Any:
+    return fn_key[0] if type(fn_key) is tuple else fn_key
+
+
+def _churning(kids: dict, fn_key: Any) -> bool:
+    """Whether the op of `fn_key` (new here) had CHURN_SEEN other descriptions at this place of the trie already."""
+    head, seen = _head(fn_key), 0
+    for desc in kids:
+        if _head(desc[0]) == head:
+            seen += 1
+            if seen >= CHURN_SEEN:
+                return True
+    return False
 
 
 def _named(fn: Callable, name: str) -> Callable:
@@ -815,10 +846,17 @@ class FuseMode(TorchDispatchMode):
                 TRACE.flush(f"{func} (could not defer: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
             return func(*args, **kwargs)
         if handled is not NotImplemented:
+            if TRACE.churned:  # (its shapes keep changing here: it runs alone, the trace before it is kept whole)
+                TRACE.churn_left -= 1
+                TRACE.rollback(mark)
+                if _has_lazy(args, kwargs):
+                    TRACE.flush(f"{func} (its shapes keep changing here: run alone)")
+                return func(*args, **kwargs)
             del TRACE.undo[mark[4]:]  # recorded: nothing to roll back, and the old values may be freed
             if len(TRACE.nodes) > MAX_NODES:
                 TRACE.flush("size")
             return handled
+        TRACE.churned = False  # (a read recorded for an op that is not: the op below decides by its own nodes)
         decomp = f.decomposition
         if decomp is not None:
             if func in SYNC_REASONS and _has_lazy(args, kwargs):  # (e.g. .cpu(): named as the copy it is, not
