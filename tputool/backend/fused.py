@@ -263,8 +263,8 @@ class Trace:
                 tuple(sorted([(n, _desc(v, kw_kinds[n])) for n, v in kwargs.items()])) if kwargs else ())
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
-            if self.churn_left and self.step is not _ROOT and _churning(self.step.kids, fn_key):
-                self.churned = True
+            # (an op that will run alone is not kept in the trie: the same op there next time runs alone again)
+            churned = bool(self.churn_left) and self.step is not _ROOT and _churning(self.step.kids, fn_key)
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
             # (`known` becomes a ShapeDtypeStruct only here, on a new node: a known step pays nothing for it)
             shapes = jax.ShapeDtypeStruct(*known) if known is not None else (
@@ -275,7 +275,11 @@ class Trace:
                 shapes = self._shapes(fn, desc, args, kinds, kwargs, kw_kinds)
                 if key is not None:
                     fused_disk.remember_shapes(key, shapes)
-            nxt = self.step.kids[desc] = _Step(shapes, key)
+            nxt = _Step(shapes, key)
+            if churned:
+                self.churned = True
+            else:
+                self.step.kids[desc] = nxt
         else:  # a node recorded before: ops whose shapes keep changing may run alone again (CHURN_BUDGET)
             self.churn_left = CHURN_BUDGET
         shapes = nxt.shapes
