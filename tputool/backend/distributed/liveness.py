@@ -5,11 +5,15 @@ Every process runs one daemon thread that adds 1 to `hb/<rank>` in the store of 
 `silent_ranks` reads the counters twice, `window` seconds apart: a rank whose counter did not move has
 stopped (died, or its process hangs with the interpreter held). A signature exchange that waits past its
 first second reads them too (`handshake`); a collective that completes reads nothing.
-The same thread is the watchdog of a call stuck in the runtime (`watching`).
+The same thread is the watchdog of a call stuck in the runtime (`watching`). At exit the thread is stopped and
+joined (`stop`, an atexit handler) before the interpreter finalizes: a daemon thread still inside a store call
+then is ended by a forced unwind through the store's C++ frames, which aborts the whole process ("terminate called
+without an active exception", status 134) after the script succeeded.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 
@@ -30,10 +34,15 @@ thread calls on_stuck(*args) once time.monotonic() passes the deadline (the watc
 _groups: list[tuple[dist.Store, int]] = []
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_stopping = threading.Event()
+
+STOP_WAIT_S = 10.0
+"""How long `stop` waits at exit for a beat in progress (a store call whose host is gone fails at once; a live
+host answers in milliseconds)."""
 
 
 def _beat() -> None:
-    while True:
+    while not _stopping.is_set():
         w = watching
         if w is not None and time.monotonic() > w[0]:
             w[1](*w[2:])
@@ -46,7 +55,7 @@ def _beat() -> None:
                 with _lock:
                     if (store, rank) in _groups:
                         _groups.remove((store, rank))
-        time.sleep(INTERVAL)
+        _stopping.wait(INTERVAL)
 
 
 def start(store: dist.Store, rank: int) -> None:
@@ -58,6 +67,14 @@ def start(store: dist.Store, rank: int) -> None:
         if _thread is None:
             _thread = threading.Thread(target=_beat, name="tputool-heartbeat", daemon=True)
             _thread.start()
+            atexit.register(stop)
+
+
+def stop() -> None:
+    """Stop the heartbeat thread and wait for it (at most STOP_WAIT_S); registered to run at exit."""
+    _stopping.set()
+    if _thread is not None:
+        _thread.join(STOP_WAIT_S)
 
 
 def silent_ranks(store: dist.Store, size: int, window: float = WINDOW) -> list[int] | None:
