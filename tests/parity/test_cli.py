@@ -116,3 +116,24 @@ def test_correct_bf16_autocast_transformer_port_is_clean_and_a_planted_scale_is_
     assert bug.returncode == 1, bug.stdout[-2000:] + bug.stderr[-2000:]
     first = json.loads(bug.stdout)["findings"][0]
     assert first["module"].startswith("GPT.h.0"), first
+
+
+def test_a_sampled_token_from_another_random_stream_is_named_not_a_parameter_update():
+    """Training agrees; the tokens torch.multinomial samples outside any module between model calls come from
+    another random stream on tpu, so the next call's embedding departs. The cause is that random op at its line
+    (told apart from float rounding by drawing again), not parameters an earlier update made differ; the
+    model's replay runs although a lambda attribute closes over a submodule the deep copy shares."""
+    script = FIXTURES / "sample_lm.py"
+    cause, line = expected(script)
+    r = tputool("parity", str(script), "--steps", "2", "--format", "json")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    f = rep["findings"][0]
+    assert f["step"] == 1 and f["seen_in"] == "TinyLM.emb", f
+    c = f["causes"][0]
+    assert (c["name"], c["op"]) == (cause, "torch.multinomial"), c
+    assert (Path(c["file"]).name, c["line"]) == (script.name, line), c
+    assert "another random stream" in c["message"] and "torch.multinomial" in c["message"], c["message"]
+    assert "inherited" not in [x["name"] for x in f["causes"]]
+    assert rep["replay_error"] is None and [rp["name"] for rp in f["replays"]] == ["TinyLM.emb", "TinyLM"]
+    assert rep["per_step"][0]["beyond"] == 0  # the training step agrees

@@ -28,8 +28,8 @@ launches: int = 0
 log: list[dict] = []
 """With `recording`, one dict per event: kind, detail, file, line, amount, plus extra fields."""
 
-_SKIP = ("/torch/", "/jax/", "/jaxlib/", "/tputool/backend/", "/tputool/diagnose/", "<frozen", "/contextlib.py",
-         "/typing.py", "/functools.py")
+_SKIP = ("/torch/", "/jax/", "/jaxlib/", "/tputool/backend/", "/tputool/diagnose/", "/tputool/parity/",
+         "<frozen", "/contextlib.py", "/typing.py", "/functools.py")
 
 
 def user_location() -> tuple[str, int]:

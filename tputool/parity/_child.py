@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             online = Online(recorder, ref["entries"], ns.slack or DEFAULT_SLACK, "cpu",
                             bool(ref.get("fp32")))
             recorder.on_entry.append(online.on_entry)
+            recorder.on_random.append(online.on_random)
     record = {"schema": SCHEMA, "side": ns.side, "device": _device_of(ns.side, ns.target), "fp32": ns.fp32,
               "script": script, "argv": list(ns.args), "status": "ok", "exit_code": 0, "error": None,
               "steps_asked": ns.steps, "torch": torch.__version__}

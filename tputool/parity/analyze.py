@@ -1,5 +1,8 @@
 """Compare a tpu record with its reference record: the first departure, its causes, its growth, each level's
 tolerance. `analyze(tpu, ref, slack)` returns the report dict that `report.py` renders (schema in report.py).
+
+Records of random ops called outside modules (kind "random") are neither levels nor departures: the last one
+whose draw departs before the first departure, in its step, is handed to `name_causes` as what may explain it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ def _ref_only(tpu: dict, ref: dict) -> tuple[int, dict] | None:
     done = tpu.get("steps", 0) if tpu.get("status") not in ("ok", "step_limit") else None
     last = -1
     for r in ref["entries"]:
+        if r["kind"] == "random":  # a draw only one side made is no module call: nothing to compare
+            continue
         if r["key"] in tpu_keys:
             last = tpu_keys[r["key"]]
             continue
@@ -52,8 +57,13 @@ def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
     rows: list[dict] = []
     first: tuple[int, dict, dict, dict] | None = None
     tpu_only: tuple[int, dict] | None = None
+    drawn: tuple[dict, dict] | None = None  # the last random op record departing before the first departure
     for i, e in enumerate(tpu["entries"]):
         r = by_key.get(e["key"])
+        if e["kind"] == "random":
+            if first is None and r is not None and diff(e, r, e["step"], slack)["beyond"]:
+                drawn = (e, r)
+            continue
         if r is None:
             tpu_only = tpu_only or (i, e)
             continue
@@ -77,7 +87,8 @@ def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
     if first is not None:
         idx, e, r, d = first
         replays = [rp for rp in tpu.get("replays", [])]
-        causes = name_causes(e, r, replays, tpu)
+        drawn = drawn if drawn is not None and drawn[0]["step"] == e["step"] else None
+        causes = name_causes(e, r, replays, tpu, drawn, slack)
         op = next((rp["first"] for rp in replays if rp.get("first")), None)
         where = (causes[0]["file"], causes[0]["line"]) if causes[0]["file"] else (e["file"], e["line"])
         # The module named is the one whose code holds that line: the replayed module (perhaps a parent of the

@@ -1,14 +1,17 @@
 """Known causes of a departure, named from what the two records and the op-by-op replay show.
 
-Each cause: {name, message, file, line}, plus {module, cls} when an op-by-op replay of that module showed it. Names: device-branch, bf16-autocast, matmul-precision, random-op,
+Each cause: {name, message, file, line}, plus {module, cls} when an op-by-op replay of that module showed it,
+or {op, site_file, site_line, key} when a random op called outside any module drew other values before the
+departure (`from_draw`). Names: device-branch, bf16-autocast, matmul-precision, random-op,
 cpu-fallback, reduction-order, input-data, inherited (the module computes the same from the same inputs:
 the difference came with them), unknown.
 """
 
 from __future__ import annotations
 
-from tputool.parity.compare import lower_precision
-from tputool.parity.replay import is_random
+from tputool.diagnose.report import display_path
+from tputool.parity.compare import DEFAULT_SLACK, diff, lower_precision
+from tputool.parity.record import is_random
 
 MATMUL_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.matmul", "aten.linear", "aten.mv",
               "aten.addmv", "aten.dot", "aten.convolution", "aten._scaled_dot_product", "aten.scaled_dot_product")
@@ -71,10 +74,53 @@ def _rel(op: dict) -> str:
     return "-" if op.get("max_rel") is None else f"{op['max_rel']:.2g}"
 
 
-def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict) -> list[dict]:
-    """The causes of the first departure `first` (tpu entry) against `ref` (reference entry)."""
+def from_draw(e: dict, r: dict, slack: float = DEFAULT_SLACK) -> dict:
+    """A random op called outside any module (tpu record `e`, reference `r`) drew other values before the
+    departure in the same step: another random stream on tpu, float rounding of its input flipping the draw
+    (the online redraw tells them apart), or an input that already differs."""
+    op = e["cls"]
+    where = (e.get("site_file") or e["file"], e.get("site_line") or e["line"])
+    at = f"{op} (called outside any module" + ("" if where == (e["file"], e["line"]) else
+                                                f", at {display_path(where[0])}:{where[1]}") + ")"
+    last = f"it is the last draw that differs before this departure (step {e['step']})"
+    d = diff(e["input"], r["input"], e["step"], slack) if e.get("input") and r.get("input") else None
+    rel = "-" if d is None or d.get("max_rel") is None else f"{d['max_rel']:.2g}"
+    redraw = e.get("redraw") or ""
+    if d is not None and d["beyond"]:
+        name, msg = "unknown", (f"the input of {at} already differs from the reference's beyond float tolerance "
+                                f"(max rel {rel}): it is computed between module calls, where parity records "
+                                f"nothing; {last}")
+    elif e.get("input") is None:
+        name, msg = "random-op", (f"{at} draws other values on tpu: they depend only on the random stream, "
+                                  f"another one on tpu than on the reference; {last}")
+    elif redraw == "same":
+        name, msg = "random-op", (f"{at} draws from another random stream on tpu: its input agrees with the "
+                                  f"reference's (max rel {rel}) and, drawn again on CPU from one random state, "
+                                  f"both inputs give the same draw; {last}. To compare past it, draw on the "
+                                  "CPU from a seeded torch.Generator on both sides, or sample greedily")
+    elif redraw == "differs":
+        name, msg = "random-op", (f"{at} draws other values on tpu, and float rounding of its input (max rel "
+                                  f"{rel}, within tolerance) alone changes the draw: drawn again on CPU from "
+                                  "one random state, the tpu's input and the reference's give different "
+                                  f"draws; {last}")
+    else:
+        why = f" ({redraw})" if redraw else ""
+        name, msg = "random-op", (f"{at} draws other values on tpu from an input that agrees with the "
+                                  f"reference's (max rel {rel}): another random stream on tpu, or float rounding "
+                                  f"of its input changing the draw, not told apart{why}; {last}")
+    c = _cause(name, msg, e["file"], e["line"])
+    c.update(op=op, site_file=where[0], site_line=where[1], key=e["key"])
+    return c
+
+
+def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict,
+                drawn: tuple[dict, dict] | None = None, slack: float = DEFAULT_SLACK) -> list[dict]:
+    """The causes of the first departure `first` (tpu entry) against `ref` (reference entry); `drawn`: the
+    random op record (tpu, reference) outside modules whose draw departed last before it, in its step."""
     out = []
     if first["kind"] == "in":
+        if drawn is not None:
+            return [from_draw(*drawn, slack)]
         return [_cause("input-data", f"the input of {first['name']} differs before any layer ran: data made on "
                        "the device (a random op draws another stream there) or a device-dependent branch in "
                        "the data code", first["file"], first["line"])]
@@ -89,6 +135,8 @@ def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict) -
             if not any(x["name"] == c["name"] for x in out):
                 out.append(c)
             break
+    if not out and drawn is not None:
+        out.append(from_draw(*drawn, slack))
     if first.get("random") and not any(c["name"] == "random-op" for c in out):
         out.append(_cause("random-op", f"{first['name']} runs a dropout in training mode: the masks come from "
                           "another random stream on tpu", first["file"], first["line"]))

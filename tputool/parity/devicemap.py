@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 
 def _is_tpu(d: Any) -> bool:
@@ -22,11 +23,16 @@ def _is_tpu(d: Any) -> bool:
 
 
 class DeviceMap(TorchFunctionMode):
-    """Rewrites `tpu` devices in the arguments of every torch function to `target`."""
+    """Rewrites `tpu` devices in the arguments of every torch function to `target`; with `tensors=True` also
+    reads the tpu tensors among them onto `target` (a copy: what the function does to it stays there)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, tensors: bool = False) -> None:
         super().__init__()
         self.target = torch.device(target)
+        self.tensors = tensors
+
+    def _read(self, x: Any) -> Any:
+        return x.detach().to(self.target) if isinstance(x, torch.Tensor) and x.device.type == "tpu" else x
 
     def _map(self, x: Any) -> Any:
         return self.target if _is_tpu(x) else x
@@ -37,6 +43,8 @@ class DeviceMap(TorchFunctionMode):
             kwargs = {**kwargs, "device": self.target}
         if args and any(_is_tpu(a) for a in args):
             args = tuple(self._map(a) for a in args)
+        if self.tensors:
+            args, kwargs = tree_map(self._read, args), tree_map(self._read, kwargs)
         return func(*args, **kwargs)
 
 

@@ -8,20 +8,31 @@ of each call of its first top-level module. After `max_steps` steps `StepLimit` 
 of the first top-level module's calls are recorded too (`step/in/name#call`), so data that differs shows up
 before the layers it feeds.
 
-Each entry: key, kind (in | out | grad), name, cls, step, call, file, line (the user's call site), dtype,
-shape, autocast (dtype name or None), random (a dropout in training mode ran in this call), fallbacks (CPU
-fallback ops of the backend inside this call), carried (the lowest floating precision the run had passed
-through when this value was made: its own dtype, its module's autocast dtype unless autocast runs that module
-in float32, and every earlier record's; a value computed from bfloat16 results carries bfloat16 error whatever
-its dtype) and value (a float32 CPU copy) or, above `max_bytes`, stats.
+A random op called from Python outside any module call once the first top-level module has run
+(torch.multinomial in a sampling loop, torch.randn_like noise between two models, ...; seen by `RandomWatch`,
+a TorchFunctionMode; `is_random` and the tables above it say which ops draw from a random stream) is recorded
+too (`step/random/torch.multinomial@model.py:304#call`: name OP@SITE, cls the op), with the value its draw
+depends on (`input`: see `drawn_from`; None for shape-only draws) and where it ran (`site_file`,
+`site_line`: the innermost frame outside torch and tputool). These records never depart by themselves (a
+draw is allowed to differ); they explain the module records that depart after them.
+
+Each entry: key, kind (in | out | grad | random), name, cls, step, call, file, line (the user's call site),
+dtype, shape, autocast (dtype name or None), random (a dropout with p > 0 in training mode ran in this call),
+fallbacks (CPU fallback ops of the backend inside this call), carried (the lowest floating precision the run
+had passed through when this value was made: its own dtype, its module's autocast dtype unless autocast runs
+that module in float32, and every earlier record's; a value computed from bfloat16 results carries bfloat16
+error whatever its dtype) and value (a float32 CPU copy) or, above `max_bytes`, stats.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode, resolve_name
 
 from tputool.diagnose.userframes import UserFrames
 from tputool.parity.compare import MANTISSA_BITS
@@ -33,6 +44,24 @@ FLOAT32_UNDER_AUTOCAST = (torch.nn.modules.normalization.LayerNorm, torch.nn.mod
 """Module classes autocast runs in float32: their output keeps the precision of their inputs."""
 RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                   torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
+RANDOM_OPS = frozenset({
+    "dropout", "native_dropout", "fused_dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+    "dropout1d", "dropout2d", "dropout3d", "bernoulli", "rand", "rand_like", "randn", "randn_like", "randint",
+    "randint_like", "randperm", "normal", "normal_functional", "uniform", "exponential", "cauchy", "geometric",
+    "log_normal", "random", "multinomial", "poisson", "binomial", "standard_gamma", "sample_dirichlet",
+    "rrelu", "rrelu_with_noise", "gumbel_softmax", "trunc_normal", "kaiming_uniform", "kaiming_normal",
+    "xavier_uniform", "xavier_normal", "orthogonal"})
+"""Ops that draw from a random stream, by base name (no leading/trailing underscores): ATen's and torch's."""
+_OUTSIDE = (os.path.dirname(torch.__file__) + os.sep,
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def is_random(op: str) -> bool:
+    """True for an op that draws from a random stream, named as ATen names it (aten.native_dropout.default,
+    aten.bernoulli_.float) or as torch.overrides.resolve_name names a torch function (torch.multinomial,
+    torch.Tensor.normal_, torch.nn.functional.dropout). Backward ops (native_dropout_backward) draw nothing."""
+    base = op.split(".")[1] if op.startswith("aten.") else op.rsplit(".", 1)[-1]
+    return base.strip("_") in RANDOM_OPS
 
 
 class StepLimit(BaseException):
@@ -56,6 +85,25 @@ def first_tensor(x: Any) -> torch.Tensor | None:
         if t is not None:
             return t
     return None
+
+
+def drawn_from(op: str, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The tensor whose values the random torch function `op` draws from (multinomial's probabilities,
+    dropout's input, bernoulli's p): its first tensor argument, not an in-place draw's self nor `out=`; None
+    when the draw depends only on shapes (randn, randn_like, normal_)."""
+    if op.endswith("_like"):
+        return None
+    items = [*(args[1:] if op.endswith("_") else args), *(v for k, v in kwargs.items() if k != "out")]
+    t = first_tensor(items)
+    return t if t is not None and t.is_floating_point() else None
+
+
+def call_site(depth: int = 1) -> tuple[str, int]:
+    """The innermost frame above the caller outside torch and tputool as (file, line) (library code counts)."""
+    f = sys._getframe(depth + 1)
+    while f is not None and f.f_code.co_filename.startswith(_OUTSIDE):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("", 0)
 
 
 def capture(t: torch.Tensor, max_bytes: int) -> dict:
@@ -86,8 +134,6 @@ def autocast_dtype() -> str | None:
 
 def fallback_count() -> int:
     """CPU fallback ops the bundled backend has run so far (0 without it)."""
-    import sys
-
     events = sys.modules.get("tputool.backend.events")
     return events.total("fallback") if events is not None else 0
 
@@ -113,6 +159,9 @@ class Recorder:
         self.first_root: int | None = None
         self.paused = False
         self.on_entry: list[Callable[[dict, torch.nn.Module, tuple, dict, Any], None]] = []
+        # (entry, func, args, kwargs, the tensor drawn from) for each random op recorded outside modules
+        self.on_random: list[Callable[[dict, Callable, tuple, dict, torch.Tensor | None], None]] = []
+        self.watch = RandomWatch(self)
         self._handles: list = []
         self._roots: dict[str, int] = {}
         self.carried: str | None = None  # the lowest floating precision recorded so far (see the module doc)
@@ -125,11 +174,17 @@ class Recorder:
         self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post, with_kwargs=True),
                          register_optimizer_step_pre_hook(self._grads),
                          register_optimizer_step_post_hook(self._stepped)]
+        self.watch.__enter__()
 
     def remove(self) -> None:
         """Unregister every hook."""
         for h in self._handles:
             h.remove()
+        if self._handles:
+            try:
+                self.watch.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the script left its own mode on the stack
+                pass
         self._handles = []
 
     def _name_root(self, module: torch.nn.Module) -> None:
@@ -156,7 +211,7 @@ class Recorder:
                 t = first_tensor(args)
                 if t is not None and t.is_floating_point():
                     self._add("in", self.names[id(module)], module, t)
-        is_random = isinstance(module, RANDOM_MODULES) and module.training
+        is_random = isinstance(module, RANDOM_MODULES) and module.training and module.p > 0
         if is_random:
             for i in range(len(self.stack)):
                 m, fb, _ = self.stack[i]
@@ -164,7 +219,7 @@ class Recorder:
         self.stack.append((module, fallback_count(), is_random))
 
     def _add(self, kind: str, name: str, module: torch.nn.Module | None, t: torch.Tensor,
-             random: bool = False, fallbacks: int = 0) -> dict:
+             random: bool = False, fallbacks: int = 0, cls: str | None = None) -> dict:
         call = self.calls.get((self.step, kind + name), 0)
         self.calls[(self.step, kind + name)] = call + 1
         where = self.frames.location(2) or ("", 0)
@@ -174,7 +229,8 @@ class Recorder:
             made_in.append(amp)
         self.carried = lowest([self.carried, *made_in])
         entry = {"key": f"{self.step}/{kind}/{name}#{call}", "kind": kind, "name": name,
-                 "cls": type(module).__name__ if module is not None else "Parameter", "step": self.step,
+                 "cls": cls or (type(module).__name__ if module is not None else "Parameter"),
+                 "step": self.step,
                  "call": call, "file": where[0], "line": where[1], "autocast": amp,
                  "random": random, "fallbacks": fallbacks, "carried": self.carried, **capture(t, self.max_bytes)}
         self.entries.append(entry)
@@ -193,6 +249,19 @@ class Recorder:
         if not self.stack and self.optimizer_steps == 0 and id(module) == self.first_root:
             self.step += 1
             self.calls.clear()
+
+    def drawn(self, op: str, func: Callable, args: tuple, kwargs: dict, out: Any) -> None:
+        """Record random op `op` (called as `func(*args, **kwargs)`, returning `out`) outside any module."""
+        t = first_tensor(out)
+        if t is None or isinstance(out, torch.nn.Parameter):  # initializing a parameter is not data
+            return
+        site = call_site(2)
+        src = drawn_from(op, args, kwargs)
+        entry = self._add("random", f"{op}@{os.path.basename(site[0])}:{site[1]}", None, t, True, cls=op)
+        entry.update(site_file=site[0], site_line=site[1],
+                     input=capture(src, self.max_bytes) if src is not None else None)
+        for fn in self.on_random:
+            fn(entry, func, args, kwargs, src)
 
     def _grads(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.optimizer_steps == 0 and self.step > 0:
@@ -217,3 +286,33 @@ class Recorder:
         self.calls.clear()
         if self.step >= self.max_steps:
             raise StepLimit()
+
+
+class RandomWatch(TorchFunctionMode):
+    """Hands the recorder each random op called from Python outside any module call (see the module doc).
+    It never changes what a call returns; inside torch.compile tracing it passes calls straight through."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+        self.pid = os.getpid()  # a DataLoader worker forked from the script records nothing
+        self._ops: dict[Any, str | None] = {}  # func -> its name when it is a random op, else None
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if torch.compiler.is_compiling():
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        rec = self.recorder
+        if rec.stack or rec.paused or rec.first_root is None or os.getpid() != self.pid:
+            return out
+        try:
+            op = self._ops.get(func, "")
+            if op == "":
+                name = resolve_name(func) or getattr(func, "__name__", "")
+                op = self._ops[func] = name if isinstance(name, str) and is_random(name) else None
+        except TypeError:  # an unhashable callable: not one of torch's random functions
+            return out
+        if op is not None:
+            rec.drawn(op, func, args, kwargs, out)
+        return out

@@ -6,7 +6,8 @@ CPU copy (deep-copied, inputs copied, `tpu` mapped by `devicemap.DeviceMap`, aut
 it). The tpu module's buffers and both random generators are put back afterwards, so the run goes on as if
 nothing happened. The two op logs are compared by `compare_ops`: first the user lines each side ran (a line
 only one side ran is a device-dependent branch), then op by op (aligned by line and op name, since a device
-may run another kernel for the same call) with `compare.diff`.
+may run another kernel for the same call) with `compare.diff`. `redraw` draws a random op again on the tpu
+run's input and on the reference's from one random state: does the input's rounding alone change the draw?
 """
 
 from __future__ import annotations
@@ -23,17 +24,10 @@ from torch.utils._pytree import tree_map
 from tputool.diagnose.userframes import UserFrames
 from tputool.parity.compare import diff
 from tputool.parity.devicemap import DeviceMap
-from tputool.parity.record import capture, fallback_count, first_tensor
+from tputool.parity.record import capture, fallback_count, first_tensor, is_random
 
 UNINITIALIZED = ("aten.empty", "aten.new_empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty_strided")
-RANDOM_OPS = ("dropout", "bernoulli", "rand", "normal", "multinomial", "uniform", "exponential", "cauchy",
-              "geometric", "log_normal", "poisson")
-
-
-def is_random(op: str) -> bool:
-    """True for an ATen op that draws from a random stream (aten.native_dropout, aten.bernoulli_, ...)."""
-    base = op.split(".")[1] if op.startswith("aten.") else op
-    return any(base.lstrip("_").startswith(r) or r in base for r in RANDOM_OPS)
+REDRAW_SEED = 0
 
 
 class OpLog(TorchDispatchMode):
@@ -90,7 +84,9 @@ def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrame
             ref_args, ref_kwargs = tree_map(_to(dev), args), tree_map(_to(dev), kwargs)
             amp = (torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype is not None and not ref_fp32
                    else contextlib.nullcontext())
-            with DeviceMap(target), amp, OpLog(frames, max_bytes) as ref_log:
+            # tensors=True: a tpu tensor the deep copy did not copy (a submodule a lambda attribute closes over,
+            # a global) is read onto the target where a torch function meets it
+            with DeviceMap(target, tensors=True), amp, OpLog(frames, max_bytes) as ref_log:
                 ref_module(*ref_args, **ref_kwargs)
     finally:
         with torch.no_grad():
@@ -99,6 +95,33 @@ def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrame
                     b.copy_(saved[n])
         _set_rng_state(rng)
     return tpu_log.ops, ref_log.ops
+
+
+def redraw(func: Any, args: tuple, kwargs: dict, src: torch.Tensor, ref_src: torch.Tensor) -> tuple[Any, Any]:
+    """A random op drawn again twice on CPU from one random state: on copies of the tpu run's arguments, and on
+    the same with `src` (the tensor it draws from) replaced by the reference's value of it. Every generator
+    becomes a CPU one seeded REDRAW_SEED (the default one too); the CPU random state is put back."""
+    def on_cpu(swap: torch.Tensor | None):
+        def move(x):
+            if isinstance(x, torch.Tensor):
+                return (swap if swap is not None and x is src else x).detach().to("cpu", x.dtype, copy=True)
+            if isinstance(x, torch.Generator):
+                return torch.Generator().manual_seed(REDRAW_SEED)
+            if isinstance(x, torch.device) or (isinstance(x, str) and x.startswith("tpu")):
+                return torch.device("cpu")
+            return x
+        return tree_map(move, args), tree_map(move, kwargs)
+
+    state = torch.get_rng_state()
+    out = []
+    try:
+        for swap in (None, ref_src):
+            a, k = on_cpu(swap)
+            torch.default_generator.manual_seed(REDRAW_SEED)
+            out.append(func(*a, **k))
+    finally:
+        torch.set_rng_state(state)
+    return out[0], out[1]
 
 
 def _lines(ops: list[dict]) -> list[tuple[str, int]]:

@@ -5,7 +5,9 @@ JSON schema "tputool.parity/1" (fields are only ever added):
   reference: {source: "run" | the --reference path, device, status, exit_code, error, fp32, records, wall_s};
   tpu: {status, exit_code, error, records, wall_s, matmul_precision};
   findings: [{kind: departure | divergence, file, line (the user's line: the first departing op's when the
-    op-by-op replay found one), key, module, cls, step, message, causes: [{name, message, file, line, module?, cls?}],
+    op-by-op replay found one), key, module, cls, step, message, causes: [{name, message, file, line, module?, cls?,
+    op?, site_file?, site_line?, key?}] (op, site, key: a random op called outside any module whose draw
+    differed before the departure),
     op: null | {op, file, line, dtype, ref_dtype, max_abs, max_rel, ulps, needed, fallback},
     growth: [level rows after it in the same step]; module/cls: the module whose code holds `line` (a
     replayed parent of the first departing record's module when its replay located the cause); a departure
