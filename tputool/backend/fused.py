@@ -47,13 +47,24 @@ MAX_NODES = 4000
 """A trace longer than this is flushed (reason "size") to bound compile times."""
 CHURN_SEEN = 2
 """An op recorded with new shapes where the same op already had this many other ones (at the same place in a
-trace: after the same recorded prefix; not a trace's first op, whose place every trace of the process shares)
-runs alone instead, after a flush of the prefix, and the trace goes on after it: a sequence that grows by one
-token each step then costs a small program per length (its concatenation and the read of its tail), not a new
-fused program of the whole step per length."""
+trace: after the same recorded prefix) runs alone instead, after a flush of the prefix, and the trace goes on
+after it: a sequence that grows by one token each step then costs a small program per length (its concatenation
+and the read of its tail), not a new fused program of the whole step per length. A trace's first op, whose
+place every trace of the process shares, counts only the new shapes it met in recent traces (ROOT_WINDOW)."""
+CHURN_RETRY_MAX = 16
+"""After two flushes in a row that followed ops run alone still compiled new programs (every shape of the step is
+new: a sequence still shorter than the model's block), no op runs alone for 4, then this many traces,
+then it is tried again (running alone pays once the step after the growing ops repeats; until then it only adds
+small programs)."""
+ROOT_WINDOW = 4
+"""A trace's first op with new shapes runs alone when the same op also began a trace with new shapes in each of
+the last CHURN_SEEN times, each within this many traces of the one before (a loop whose every step starts with
+the growing op, e.g. after a sampling op that syncs); older first ops (another model, another test) do not
+count."""
 CHURN_BUDGET = 4
-"""Ops run alone that way in a row, at most, until an op is recorded as before (a step whose every shape is new,
-e.g. a new batch size throughout, then runs its first few ops alone and fuses the rest)."""
+"""Ops run alone that way in a row, at most, until an op is recorded as before or a trace is flushed (a step
+whose every shape is new, e.g. a new batch size throughout, then runs its first few ops alone and fuses the
+rest)."""
 
 PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach.default, aten.alias.default,
                aten.lift_fresh.default}
@@ -136,12 +147,20 @@ class Trace:
 
     def __init__(self) -> None:
         self._gc_paused = False
-        self.churn_left = CHURN_BUDGET  # ops that may still run alone in a row (CHURN_BUDGET)
+        self.churn_left = CHURN_BUDGET  # ops that may still run alone in a row (CHURN_BUDGET; refilled by reset)
+        self.serial = 0  # traces begun (one per reset)
+        self.root_new: dict = {}  # op head -> (serial, streak) of the last trace it began with new shapes
+        self.churn_wait = 0  # no op runs alone before this serial (CHURN_RETRY_MAX)
+        self.churn_fails = 0  # traces in a row whose ops run alone saved no compile
+        self.churn_ran = False  # an op ran alone since the last flush
+        self.churn_tried = False  # the last flush after ops run alone compiled a new program
         self.reset()
 
     def reset(self) -> None:
         """Forget everything recorded."""
         self._resume_gc()
+        self.serial += 1
+        self.churn_left = CHURN_BUDGET
         self.nodes: list[tuple[Callable, tuple, dict]] = []
         self.step: _Step = _ROOT
         self.ext: list = []
@@ -264,7 +283,8 @@ class Trace:
         nxt = self.step.kids.get(desc)
         if nxt is None:  # a trace not seen before: its shapes from the disk cache, or abstract evaluation
             # (an op that will run alone is not kept in the trie: the same op there next time runs alone again)
-            churned = bool(self.churn_left) and self.step is not _ROOT and _churning(self.step.kids, fn_key)
+            churned = ((_churning(self.step.kids, fn_key) if self.step is not _ROOT else self._root_churning(fn_key))
+                       and bool(self.churn_left) and self.serial >= self.churn_wait)
             key = fused_disk.child_key(_step_key(self.step), desc) if runtime.STATE.abstract is None else None
             # (`known` becomes a ShapeDtypeStruct only here, on a new node: a known step pays nothing for it)
             shapes = jax.ShapeDtypeStruct(*known) if known is not None else (
@@ -296,6 +316,30 @@ class Trace:
         outs = [None if s is None else Lazy(self, idx, j, tuple(s.shape), s.dtype) for j, s in enumerate(shapes)]
         self.lazies.extend([weakref.ref(o) for o in outs if o is not None])
         return outs
+
+    def _churn_paid(self, paid: bool) -> None:
+        """Note whether the ops run alone before this flush let it reuse a program; twice in a row not: wait
+        (CHURN_RETRY_MAX)."""
+        self.churn_ran = False
+        if paid:
+            self.churn_fails, self.churn_tried = 0, False
+        elif not self.churn_tried:  # (the first time, what follows the ops run alone is new in any case)
+            self.churn_tried = True
+        else:
+            self.churn_fails += 1
+            self.churn_tried = False
+            self.churn_wait = self.serial + min(4 ** self.churn_fails, CHURN_RETRY_MAX)
+
+    def _root_churning(self, fn_key: Any) -> bool:
+        """Whether the op of `fn_key`, beginning this trace with new shapes, also began CHURN_SEEN recent traces
+        so (see ROOT_WINDOW), or follows an op run alone with nothing recorded in between."""
+        head = _head(fn_key)
+        last, streak = self.root_new.get(head, (0, 0))
+        if last != self.serial:
+            streak = streak + 1 if self.serial - last <= ROOT_WINDOW else 1
+            self.root_new[head] = (self.serial, streak)
+        # (an op ran alone just before, and this one is new too: it most likely reads what that op made)
+        return streak > CHURN_SEEN or self.churn_ran
 
     def _abstract(self, ref: tuple) -> Any:
         if ref[0] == "x":
@@ -342,6 +386,8 @@ class Trace:
         donate = _donatable(self.ext)
         key = (outs, donate)
         fn = self.step.compiled.get(key)
+        if self.churn_ran:
+            self._churn_paid(fn is not None)
         checks = self.checks
         if fn is None:  # (the trie step, the outputs and the donated inputs determine the computation)
             fn = self.step.compiled[key] = cache.put(("fused", self.step, key), self._compiled(outs, donate))
@@ -851,10 +897,11 @@ class FuseMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if handled is not NotImplemented:
             if TRACE.churned:  # (its shapes keep changing here: it runs alone, the trace before it is kept whole)
-                TRACE.churn_left -= 1
                 TRACE.rollback(mark)
                 if _has_lazy(args, kwargs):
                     TRACE.flush(f"{func} (its shapes keep changing here: run alone)")
+                TRACE.churn_left -= 1  # (after the flush of the prefix, which refills the budget)
+                TRACE.churn_ran = True
                 return func(*args, **kwargs)
             del TRACE.undo[mark[4]:]  # recorded: nothing to roll back, and the old values may be freed
             if len(TRACE.nodes) > MAX_NODES:
