@@ -172,6 +172,7 @@ class Trace:
         self.storages: list[weakref.ref] = []
         self._node_shapes: list = []
         self.undo: list[tuple[Any, Any]] = []  # (storage, its value before a recorded write)
+        self.rng_undo: list[tuple[Any, int]] = []  # (random stream, its counter before a recorded draw)
         self.checks: list[tuple[int, str, str]] = []  # (node, op, user's file:line) of each checked op recorded
         self.churned = False  # an op being recorded met shapes that keep changing at its place (CHURN_SEEN)
 
@@ -192,13 +193,16 @@ class Trace:
     def mark(self) -> tuple:
         """The trace's current length, for `rollback`."""
         return (len(self.nodes), len(self.ext), len(self.lazies), len(self.storages), len(self.undo), self.step,
-                len(self.checks))
+                len(self.checks), len(self.rng_undo))
 
     def rollback(self, mark: tuple) -> None:
         """Forget what was recorded since `mark` (a failed recording), restoring the storages it wrote."""
-        n, e, lz, st, undo, self.step, nc = mark
+        n, e, lz, st, undo, self.step, nc, nr = mark
         self.churned = False
         del self.checks[nc:]
+        for stream, counter in reversed(self.rng_undo[nr:]):  # (the op, run eagerly instead, draws these again)
+            stream.rng_counter = counter
+        del self.rng_undo[nr:]
         for storage, before in reversed(self.undo[undo:]):
             storage._tpu = before
         for v in self.ext[e:]:
@@ -903,7 +907,7 @@ class FuseMode(TorchDispatchMode):
                 TRACE.churn_left -= 1  # (after the flush of the prefix, which refills the budget)
                 TRACE.churn_ran = True
                 return func(*args, **kwargs)
-            del TRACE.undo[mark[4]:]  # recorded: nothing to roll back, and the old values may be freed
+            del TRACE.undo[mark[4]:], TRACE.rng_undo[mark[7]:]  # recorded: nothing to roll back (old values freed)
             if len(TRACE.nodes) > MAX_NODES:
                 TRACE.flush("size")
             return handled
@@ -1049,7 +1053,9 @@ def _record(func: torch._ops.OpOverload, f: _OpFacts, args: tuple, kwargs: dict)
         return NotImplemented
     a, kinds, kw, kw_kinds = conv
     if low.needs_rng:
-        kw = {**kw, "rng_words": TRACE._ext(rng.next_words() if gen is None else rng.next_words(rng.stream_of(gen)))}
+        stream = rng.STATE if gen is None else rng.stream_of(gen)
+        TRACE.rng_undo.append((stream, stream.rng_counter))
+        kw = {**kw, "rng_words": TRACE._ext(rng.next_words(stream))}
         kw_kinds = {**kw_kinds, "rng_words": KIND_D}
     if low.checked:  # (the node about to be recorded; rolled back with it if recording fails)
         TRACE.checks.append((len(TRACE.nodes), f.key, asserts.site()))
