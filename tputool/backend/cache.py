@@ -2,7 +2,8 @@
 
 One `jax.jit` function per op signature key (op, structure of the arguments, static argument values);
 `jax.jit` itself then keeps one XLA executable per input shapes/dtypes. `call` runs a cached function and
-records a "compile" event whenever that added an executable. Fused mode (tputool.backend.fused) stores
+records a "compile" event whenever that added an executable (and lets `executables.settle` bound how many
+the process keeps). Fused mode (tputool.backend.fused) stores
 its fused computations here too, under keys of its own, so all modes share one cache.
 
 API: `get(key)`, `put(key, fn)`, `jitted(key, make, static_argnums=())`, `call(fn, name, *args)`,
@@ -16,7 +17,7 @@ from collections.abc import Callable, Hashable
 
 import jax
 
-from tputool.backend import events
+from tputool.backend import events, executables
 
 _kernels: dict[Hashable, Callable] = {}
 
@@ -47,13 +48,16 @@ def call(fn: Callable, name: str, *args):
     out = fn(*args)
     if fn._cache_size() != n:
         events.record("compile", name)
+        executables.settle()
     events.launches += 1
     return out
 
 
 def record_compile(name: str) -> None:
-    """Record that a cached function compiled a new executable (for callers that inline `call`)."""
+    """Record that a cached function compiled a new executable (for callers that inline `call`); a safe point
+    to drop the process's executables when there are too many (`executables.settle`)."""
     events.record("compile", name)
+    executables.settle()
 
 
 def stats() -> dict[str, int]:

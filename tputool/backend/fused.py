@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor as _FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import asserts, cache, events, fused_disk, memory, op_plan, rng, runtime
+from tputool.backend import asserts, cache, events, executables, fused_disk, memory, op_plan, rng, runtime
 from tputool.backend import tensor as tt
 from tputool.backend.graph import persistent_cache
 from tputool.backend.lowerings import on_change as _on_lowerings_change
@@ -470,6 +470,19 @@ _JIT_ONLY = object()
 """(`_Kept.exe` once a call's inputs did not match the executable: the jitted function runs from then on)"""
 
 
+_kept: weakref.WeakSet = weakref.WeakSet()
+"""Every live `_Kept` (their executables are dropped when the process holds too many: `executables.purge`)."""
+
+
+def _drop_kept() -> None:
+    for k in list(_kept):
+        if k.exe is not _JIT_ONLY:
+            k.exe = None
+
+
+executables.holders.append(_drop_kept)
+
+
 class _Kept:
     """A fused computation kept in the disk cache: its first call loads the executable (or compiles and saves
     it); once a call's inputs differ from the executable's in type or placement (e.g. sharded over a mesh),
@@ -477,10 +490,11 @@ class _Kept:
     built, loaded ones included, as JAX counts one it finds in its own persistent cache: `tputool diagnose`
     reports compiles as a TPU's empty cache would have them)."""
 
-    __slots__ = ("jitted", "key", "exe")
+    __slots__ = ("jitted", "key", "exe", "__weakref__")
 
     def __init__(self, jitted: Callable, key: str) -> None:
         self.jitted, self.key, self.exe = jitted, key, None
+        _kept.add(self)
 
     def _cache_size(self) -> int:
         return (self.exe is not None) + self.jitted._cache_size()

@@ -32,6 +32,8 @@ from typing import Any
 
 import jax
 
+from tputool.backend import executables
+
 _state: dict[str, Any] = {"root": None, "dir": None, "shapes": None, "new": {}, "off": False}
 
 
@@ -190,9 +192,11 @@ def load(key: str) -> Any:
         return None
     try:
         payload, in_tree, out_tree = pickle.loads(_exe_path(key).read_bytes())
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
     except Exception:  # noqa: BLE001 - missing, truncated, stale or from another jaxlib: compile again
         return None
+    executables.count()
+    return exe
 
 
 def save(key: str, compiled: Any) -> None:

@@ -21,7 +21,7 @@ import jax
 import torch
 from torch import fx
 
-from tputool.backend import asserts, events, runtime
+from tputool.backend import asserts, events, executables, runtime
 from tputool.backend.lowerings import Lowering
 from tputool.backend.lowerings.checks import run_checked
 
@@ -255,6 +255,7 @@ class JaxGraph:
             if self.signatures:
                 events.record("recompile", f"{self.name}: new input signature")
             events.record("compile", self.name)
+            executables.settle()  # (a safe point: not inside a trace)
             self.signatures[sig] = sig
         if donate and self._donating is not None:
             self.donated_calls += 1
