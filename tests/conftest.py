@@ -6,17 +6,21 @@ import sys
 
 import pytest
 
+_built_seen = [0]
+
 
 @pytest.fixture(autouse=True)
 def _bounded_executables():
-    """Between tests, drop the process's XLA executables once half the budget is used (past ~12,000 live ones
-    XLA:CPU cannot map the next and the session dies with a segmentation fault). The backend drops them itself
-    past the whole budget, after a compile: at half, here, that never happens inside a test that counts its
-    compiles (tests that call JAX directly compile too, and only this sees theirs)."""
+    """After each test that built executables, drop them all once the process's memory maps pass half the
+    backend's limit (`executables.check`; past vm.max_map_count XLA:CPU cannot map the next executable and the
+    session dies with a segmentation fault). The backend drops them itself past its whole limit, after a
+    compile: at half, here, that never lands inside a test that counts its compiles; and tests that call JAX
+    directly compile too, which only this sees."""
     yield
     executables = sys.modules.get("tputool.backend.executables")
-    if executables is not None and 0 < executables.budget() // 2 < executables.live():
-        executables.purge()
+    if executables is not None and executables.built() != _built_seen[0]:
+        _built_seen[0] = executables.built()
+        executables.check(share=0.5)
 
 
 @pytest.fixture

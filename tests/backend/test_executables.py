@@ -1,6 +1,6 @@
-"""The process keeps a bounded number of XLA executables (`tputool.backend.executables`): XLA:CPU maps each one
-it loads into the process, and past `vm.max_map_count` maps (~12,000 executables) the next one segfaults inside
-XLA. Our own test session died so, at 40%."""
+"""The XLA executables of a process keep its memory maps bounded (`tputool.backend.executables`): XLA:CPU maps
+each executable it loads into the process, and past `vm.max_map_count` maps the next one segfaults inside XLA.
+Our own test session died so, at 40%."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import torch
 
 from tputool.backend import executables, runtime
 
-
-def _maps() -> int:
-    with open("/proc/self/maps") as f:
-        return sum(1 for _ in f)
+_maps = executables.maps
 
 
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> int:
-    """A budget of 40 executables, counted from zero."""
-    monkeypatch.setattr(executables, "_budget", 40)
-    monkeypatch.setattr(executables, "_live", 0)
-    return 40
+    """A limit 300 maps above the process's maps now, counted after every executable."""
+    executables.purge()
+    limit = _maps() + 300
+    monkeypatch.setattr(executables, "_limit", limit)
+    monkeypatch.setattr(executables, "MAPS_PER_EXECUTABLE", 10**6)
+    monkeypatch.setattr(executables, "_next_check", 0)
+    return limit
 
 
 @pytest.mark.parametrize("mode", [runtime.EagerMode.DEFER_NEVER, runtime.EagerMode.DEFER_AND_FUSE])
@@ -29,17 +29,17 @@ def test_many_shapes_keep_the_memory_maps_bounded_and_the_results_right(small_bu
     try:
         purges = executables.purges
         before = _maps()
-        for n in range(1, 121):  # 120 new shapes, several programs each
+        for n in range(1, 201):  # 200 new shapes, several programs each
             a = torch.arange(n, dtype=torch.float32)
             got = ((a.to("tpu") * 3 + 1).sum()).item()
             assert got == float((a * 3 + 1).sum())
         grown = _maps() - before
     finally:
         runtime.set_mode(runtime.DEFAULT_MODE)
-    # ~5 maps per live executable on XLA:CPU: kept, the programs of 120 shapes add over 1,000 maps
+    # a few maps per small executable on XLA:CPU: kept, the programs of 200 shapes add well over 1,000 maps
     assert grown < 400, grown
     assert executables.purges - purges >= 3
-    assert executables.live() <= small_budget + 8
+    assert _maps() <= small_budget
 
 
 def test_fused_kept_executables_are_dropped_and_loaded_again(small_budget, tmp_path, monkeypatch):
@@ -68,8 +68,17 @@ def test_fused_kept_executables_are_dropped_and_loaded_again(small_budget, tmp_p
 
 
 def test_a_platform_without_the_limit_never_purges(monkeypatch):
-    monkeypatch.setattr(executables, "_budget", 0)
-    monkeypatch.setattr(executables, "_live", 10**6)
+    monkeypatch.setattr(executables, "_limit", 0)
+    monkeypatch.setattr(executables, "_next_check", 0)
     purges = executables.purges
     executables.settle()
     assert executables.purges == purges
+    assert executables._next_check == float("inf")
+
+
+def test_the_maps_are_counted_again_before_the_room_left_could_fill(monkeypatch):
+    monkeypatch.setattr(executables, "_limit", executables.maps() + 5000)
+    monkeypatch.setattr(executables, "_next_check", 0)
+    assert not executables.check()
+    # 5,000 maps of room, at most 1,000 per executable: counted again within 5 executables
+    assert 1 <= executables._next_check - executables.built() <= 5
