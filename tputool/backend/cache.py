@@ -2,9 +2,9 @@
 
 One `jax.jit` function per op signature key (op, structure of the arguments, static argument values);
 `jax.jit` itself then keeps one XLA executable per input shapes/dtypes. `call` runs a cached function and
-records a "compile" event whenever that added an executable (and lets `executables.settle` bound how many
-the process keeps). Fused mode (tputool.backend.fused) stores
-its fused computations here too, under keys of its own, so all modes share one cache.
+records a "compile" event whenever that added an executable (and lets `executables.settle` bound the memory
+maps the process's executables take). Fused mode (tputool.backend.fused) stores its fused computations here
+too, under keys of its own, so all modes share one cache.
 
 API: `get(key)`, `put(key, fn)`, `jitted(key, make, static_argnums=())`, `call(fn, name, *args)`,
 `record_compile(name)`, `stats()`, `clear()`. Eager dispatch also keeps each op's functions in a
@@ -55,7 +55,7 @@ def call(fn: Callable, name: str, *args):
 
 def record_compile(name: str) -> None:
     """Record that a cached function compiled a new executable (for callers that inline `call`); a safe point
-    to drop the process's executables when there are too many (`executables.settle`)."""
+    to drop the process's executables when they fill too many memory maps (`executables.settle`)."""
     events.record("compile", name)
     executables.settle()
 
