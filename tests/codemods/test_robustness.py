@@ -201,8 +201,10 @@ def test_ctrl_c_says_interrupted_without_a_traceback(tmp_path, jobs):
     for i in range(40):
         write(tmp_path, f"m{i}.py", TRAIN * 20)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # (preexec: Ctrl-C handled as in a terminal even when pytest was started with SIGINT ignored, e.g. by `cmd &`)
     proc = subprocess.Popen([sys.executable, "-c", _SLOW, "port", "--write", "-j", jobs, "."], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline() == b"started\n" or jobs == "2"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)

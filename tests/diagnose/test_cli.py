@@ -214,8 +214,10 @@ def test_ctrl_c_is_passed_to_the_script_and_ends_its_processes(tmp_path):
     pidfile = tmp_path / "pid"
     p = _script(tmp_path, _SPAWNS.format(prelude="", pidfile=str(pidfile)))
     # Ctrl-C in a terminal reaches only diagnose's process group (the child has its own session).
+    # (preexec: Ctrl-C handled as in a terminal even when pytest was started with SIGINT ignored, e.g. by `cmd &`)
     proc = subprocess.Popen([sys.executable, "-m", "tputool", "diagnose", str(p), "--no-static", "--format", "json"],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
