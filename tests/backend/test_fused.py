@@ -197,6 +197,25 @@ def test_scalars_a_lowering_needs_static_are_recorded_static(fused, tpu_device: 
     torch.testing.assert_close(y.cpu(), x.cpu() ** 2 + 1.5 * x.cpu())
 
 
+def test_one_program_serves_every_value_of_a_number_argument(fused, tpu_device: str) -> None:
+    """Python numbers and bools given where an op takes a Scalar are inputs of the fused computation, one per use:
+    a loop's last step (`torch.full(size, done)` with done True) and a step whose numbers happen to be equal (small
+    ints are one object) reuse the program of the others."""
+    x = torch.arange(6.0, device=tpu_device)
+    fused.flush("test")
+    got = []
+    for k in range(2, 6):
+        flag = torch.full((6,), k == 5, dtype=torch.bool, device=tpu_device)  # True on the last step only
+        y = x.add(x, alpha=k).masked_fill(flag, 2)  # on the first step alpha is the very object the 2 is
+        got.append(y.cpu())
+        if k == 2:
+            compiled = events.counts[("compile", "fused graph")]
+    assert events.counts[("compile", "fused graph")] == compiled  # (before: a new program on steps 1 and 4)
+    xs = torch.arange(6.0)
+    want = [torch.full((6,), 2.0) if k == 5 else xs + k * xs for k in range(2, 6)]
+    torch.testing.assert_close(got, want)
+
+
 def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_device: str) -> None:
     """randn / randn_like / dropout and factories (full, ones, scalar_tensor) are recorded, not run eagerly,
     and a seed gives the same numbers in Fused mode as in Strict mode."""

@@ -205,6 +205,24 @@ def test_decode_loop_builds_no_program_per_token(tpu_device: str) -> None:
     assert built <= 2  # the result's length is new (HF's loop: two programs per new length, ~40 here)
 
 
+def test_the_last_token_reuses_the_decoding_steps_program(tpu_device: str, monkeypatch) -> None:
+    """A first generate() builds one program for the prompt and one for every decoding step, the last included
+    (its stopping criterion's `torch.full(size, True)` and the inputs no step will read used to make it another
+    program of the whole model)."""
+    from tputool.backend import fused
+
+    sizes: list = []
+    real = fused.Trace._compiled
+    monkeypatch.setattr(fused.Trace, "_compiled", lambda self, *a: sizes.append(len(self.nodes)) or real(self, *a))
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**COMMON, "hidden_size": 48})).eval()
+    dev = copy.deepcopy(model).to(tpu_device)  # (shapes no other test makes: every program is new here)
+    prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4))
+    got = dev.generate(prompt.to(tpu_device), max_new_tokens=5, do_sample=False).cpu()
+    assert got.tolist() == model.generate(prompt, max_new_tokens=5, do_sample=False).tolist()
+    assert len([n for n in sizes if n >= 100]) == 2, sizes  # the prompt's and the decoding step's (before: 3)
+
+
 _OTHER_CALLS = [
     ("per-step scores", _llama, {"return_dict_in_generate": True, "output_scores": True}),
     ("sliding window with a mask", _mistral_sliding, {"attention_mask": [[0, 1, 1, 1, 1]]}),

@@ -213,12 +213,20 @@ class Trace:
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _ext(self, value: Any) -> tuple:
+        """A reference to input `value` of the fused computation: an array once per trace however often it is
+        read; a Python number once per use, so the trace's wiring never depends on which numbers happen to be
+        equal (or the same object: small ints and bools are) on one step and not on the next."""
+        if type(value) in _NUMBERS:
+            sig = ("x", len(self.ext), type(value))
+            self.ext.append(value)
+            self.ext_refs.append(sig)
+            return sig
         i = self.ext_index.get(id(value))
         if i is None or self.ext[i] is not value:
             i = len(self.ext)
             self.ext.append(value)
             self.ext_index[id(value)] = i
-            sig = ("x", i, type(value)) if type(value) in (int, float, bool) else ("x", i, value.shape, value.dtype)
+            sig = ("x", i, value.shape, value.dtype)
             self.ext_refs.append(sig)
             return sig
         return self.ext_refs[i]
@@ -982,6 +990,10 @@ class ViewBits(RunEagerly):
 
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 """Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
+_NUMBERS = (int, float, bool)
+"""Python values of a `Scalar` argument that become inputs of the fused computation (`_conv`): one program serves
+every value (e.g. `torch.full(size, done)` with `done` True on a loop's last step only). Lists of numbers: ints
+and floats."""
 
 
 def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple | None:
@@ -1008,7 +1020,7 @@ def _conv(v: Any, a: tuple | None, trace: Trace, static_scalars: bool) -> tuple 
         return v, KIND_S
     if a[0] and isinstance(v, list | tuple) and all(type(x) in (int, float) for x in v):
         return [trace._ext(x) for x in v], KIND_DL
-    if a[1] and type(v) in (int, float) and not (a[2] and v == a[3]):
+    if a[1] and type(v) in _NUMBERS and not (a[2] and v == a[3]):
         return trace._ext(v), KIND_D
     return v, KIND_S
 

@@ -116,6 +116,7 @@ def compile_now(model: Any, new_tokens: int) -> bool:
 def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_criteria: Any,
            generation_config: Any, streamer: Any = None, **model_kwargs: Any) -> torch.Tensor:
     """HF's `_sample` (greedy or sampled, transformers `VERIFIED`) with every decoding step at one shape."""
+    from transformers.cache_utils import StaticLayer
     from transformers.generation.stopping_criteria import EosTokenCriteria
 
     device = input_ids.device
@@ -145,6 +146,9 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
     if positions is not None:
         positions = positions[..., -1:]
 
+    layers = getattr(model_kwargs["cache"], "layers", ())  # (a position past max_length in every layer)
+    spare = bool(layers) and all(type(layer) is StaticLayer and layer.max_cache_len > max_length
+                                 for layer in layers)
     this_peer_finished = False
     step = 0
     model_inputs: dict = {}
@@ -179,9 +183,11 @@ def decode(model: Any, input_ids: torch.Tensor, logits_processor: Any, stopping_
                 done = done | criterion(next_tokens[:, None] if type(criterion) is EosTokenCriteria else grown, None)
             unfinished = unfinished & ~done
             stop = unfinished.max() == 0
-            if current + 1 < max_length:  # (the next step's inputs, recorded before the stop check: one program
-                # computes both. HF: prepare_inputs_for_generation slices the grown ids and positions back to
-                # their last column; it reads the cache's sizes only, which no forward has changed since)
+            if current + 1 < max_length or spare:  # (the next step's inputs, recorded before the stop check: one
+                # program computes both. HF: prepare_inputs_for_generation slices the grown ids and positions back
+                # to their last column; it reads the cache's sizes only, which no forward has changed since. On the
+                # last step they are made too where the cache has room for them, and dropped: that step then
+                # records what every other step does and reuses its program instead of compiling one more)
                 model_inputs = model.prepare_inputs_for_generation(
                     next_tokens[:, None], next_sequence_length=1, attention_mask=mask, position_ids=positions,
                     **model_kwargs)
