@@ -42,6 +42,16 @@ def test_clean_inference_script_reading_once_after_the_loop_has_no_warning(devic
     assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
 
 
+def test_clean_training_script_evaluating_after_the_loop_has_no_warning(monkeypatch):
+    """A held-out set evaluated once after the loop compiles at a line the loop's periodic log also reaches: that is
+    the set's warm-up after the last step (no TPU808), and its read is no step's (TPU809, not TPU601)."""
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    report = diagnose(str(FIXTURES / "clean_eval_after.py"), include_static=False)
+    assert report.status == "ok" and report.steps == 12
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+    assert [(f.code, f.line) for f in report.findings if f.code == "TPU809"] == [("TPU809", 20)]
+
+
 def test_compiled_step_comparison_times_the_model_under_torch_compile(monkeypatch):
     """compare_compiled runs the script again with its top-level model compiled and reports the step times."""
     assert tpu_works(compile=True), "the bundled tpu device compile backend fails the probe script"

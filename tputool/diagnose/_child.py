@@ -32,13 +32,16 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     """Backend events (tputool.backend.events), aggregated by kind, detail and user location.
 
     `boundaries[k]` is how many events were logged when step k+1 ended, so each event's step is known:
-    `late` counts the events in the second half of the run (steady state, after warm-up); `first_step` and
-    `last_step` are the iterations of the first and last of them, `steps_seen` how many iterations had one.
+    `late` counts the events in the second half of the run (steady state, after warm-up; none after the last step
+    ended; compiles: `jaxwatch.late_compile_steps`); `first_step` and `last_step` are the iterations of the first and
+    last of them, `steps_seen` how many iterations had one (the tail after the last one only if nothing else).
     """
     events = sys.modules.get("tputool.backend.events")
     if events is None:
         return {"events": [], "event_totals": {}}
-    late_from = steps // 2 if steps >= 2 else None
+    from tputool.diagnose.jaxwatch import late_compile_steps
+
+    late_steps, late_compiles = range(steps // 2, steps) if steps >= 2 else range(0), late_compile_steps(steps)
     agg: dict[tuple, dict] = {}
     seen: dict[tuple, set[int]] = {}
     for i, e in enumerate(events.log):
@@ -52,8 +55,8 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
         a["first_step"] = step if a["first_step"] is None else a["first_step"]
         a["last_step"] = step
         seen.setdefault(key, set()).add(step)
-        a["steps_seen"] = len(seen[key])
-        if late_from is not None and step >= late_from:
+        a["steps_seen"] = len(seen[key]) - (steps in seen[key] and len(seen[key]) > 1)  # (the tail: not a step)
+        if step in (late_compiles if key[0] == "compile" else late_steps):
             a["late"] += 1
             a["late_amount"] += int(e.get("amount", 1))
     totals: dict[str, int] = {}

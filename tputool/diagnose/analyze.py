@@ -6,6 +6,7 @@ import math
 import os
 import re
 
+from tputool.diagnose.jaxwatch import late_compile_steps
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
 from tputool.diagnose.rules import (
@@ -326,8 +327,9 @@ def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
     for (file, line), by_name in _late_compile_groups(rec)[0].items():
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
+        window = late_compile_steps(steps)
         out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
-                            f"({_unit(rec)} {steps // 2 + 1}-{steps}): {names}", count=late, steps=steps - steps // 2,
+                            f"({_unit(rec)} {window.start + 1}-{window.stop}): {names}", count=late, steps=len(window),
                             executables=by_name))
     return out
 
@@ -404,12 +406,13 @@ def _compile_time(rec: RunRecord) -> list[Finding]:
     if not xla.get("compiles"):
         return []
     times = rec.step_s
-    late_time = sum(times[len(times) // 2:]) if len(times) >= 2 else 0.0
+    window = late_compile_steps(len(times))
+    late_time = sum(times[window.start:window.stop])
     late = xla.get("late_compile_s", 0.0)
     run = rec.wall_s or rec.run_s or 0.0  # the run time the report's header shows
     share = f" ({total / run:.0%} of the {run:.1f} s run)" if run else ""
     msg = f"XLA compiled {xla['compiles']} programs in {total:.1f} s{share}"
-    if len(times) >= 2:
+    if window:
         msg += f"; {late:.1f} s ({xla.get('late_compiles', 0)} compiles) in the second half of the run"
     recurring, once = _late_compile_groups(rec)
     first_runs = once > 0 and not recurring  # every late compile was a line's first (and only) run

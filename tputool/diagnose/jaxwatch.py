@@ -13,6 +13,18 @@ EVENTS = {
 }
 
 
+WARMUP_STEPS = 2
+"""Iterations whose XLA compiles are warm-up however short the run: the first builds the optimizer's state, the
+second is the first with it (Fused eager compiles a program for each, as torch.compile often recompiles once)."""
+
+
+def late_compile_steps(steps: int) -> range:
+    """The iterations (0-based) of a run of `steps` whose XLA compiles count as late, i.e. recompiles in steady state:
+    the second half, none of the first WARMUP_STEPS, and none after the last iteration ended (a final evaluation's
+    programs compile once, in no step)."""
+    return range(max(steps // 2, WARMUP_STEPS), steps)
+
+
 class JaxWatch:
     """Sums JAX trace/lower/compile seconds, each tagged with the optimizer step it happened in."""
 
@@ -45,8 +57,8 @@ class JaxWatch:
             self.spans.append((self.current_step(), name, float(duration)))
 
     def to_record(self, steps: int) -> dict:
-        """Totals for the whole run and for its second half (steps // 2 onwards) when two or more steps ran."""
-        late_from = steps // 2 if steps >= 2 else None
+        """Totals for the whole run; `late_*`: the compiles of `late_compile_steps(steps)`."""
+        late = late_compile_steps(steps)
         out = {"compiles": 0, "late_compiles": 0, "first_step_compiles": 0, **{n: 0.0 for n in EVENTS.values()},
                "late_compile_s": 0.0}
         for step, name, secs in self.spans:
@@ -54,7 +66,7 @@ class JaxWatch:
             if name == "compile_s":
                 out["compiles"] += 1
                 out["first_step_compiles"] += step == 0  # (before the first step, or the first call, ended)
-            if late_from is not None and step >= late_from and name == "compile_s":
+            if step in late and name == "compile_s":
                 out["late_compile_s"] += secs
                 out["late_compiles"] += 1
         return out

@@ -256,10 +256,13 @@ class Observer(TorchFunctionMode):
             self.dtypes[key] = self.dtypes.get(key, 0) + 1
 
     def to_record(self) -> dict:
-        """The observations as JSON-ready lists."""
+        """The observations as JSON-ready lists. A sync's `steps_seen` leaves out the run's tail (after the last
+        iteration ended: a final evaluation) unless it was seen only there."""
+        end = self.steps.iteration
         return {
             "host_syncs": [{"kind": k, "file": f, "line": ln, "device": d, "direct": direct, "count": n,
-                            "steps_seen": s} for (k, f, ln, d, direct), (n, s, _) in self.syncs.items()],
+                            "steps_seen": s - (last == end and s > 1)}
+                           for (k, f, ln, d, direct), (n, s, last) in self.syncs.items()],
             "dtypes": [{"dtype": d, "op": op, "file": f, "line": ln, "count": n}
                        for (d, op, f, ln), n in self.dtypes.items()],
             "dynamic_shapes": [{"op": op, "file": f, "line": ln, "count": n}
