@@ -9,7 +9,9 @@ new tokens and last positions themselves (what HF's slices return), the 2D mask 
 length (HF pads it to that length before use: the same mask). The model step, logits processors, stopping
 criteria, streamer and compiled forward are HF's own, called in HF's order with the same values: processors
 and criteria that read the ids get them (a view of the buffer; only the end-of-sequence criterion, which reads
-the last token alone, is given that token). Tokens equal HF's loop's (tests/backend/test_hf_decode.py).
+the last token alone, is given that token). Tokens equal HF's loop's (tests/backend/test_hf_generate.py). The last
+step also prepares the next step's inputs (dropped) where the cache has room, so it records what every other step
+does and reuses their fused program.
 
 The decoding step runs in Fused eager mode (one fused program per token, kept in the disk cache) until the model
 has decoded `COMPILE_AFTER` tokens in this process, or a call asks for that many: only then is it HF's compiled
