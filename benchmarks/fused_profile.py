@@ -45,7 +45,7 @@ def _instrument(fused, stats: dict) -> None:
 
     def add_counted(self, fn, fn_key, *rest):
         stats["nodes"] += 1
-        if isinstance(fn_key, tuple) and fn_key[0] in ("reshape", "read"):
+        if isinstance(fn_key, tuple) and fn_key[0] in ("reshape", "read", "read@"):
             stats["view nodes"] += 1
         return add(self, fn, fn_key, *rest)
 

@@ -216,6 +216,42 @@ def test_one_program_serves_every_value_of_a_number_argument(fused, tpu_device: 
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("mode", ["DEFER_AND_FUSE", "DEFER_NEVER"])
+def test_slicing_a_stored_tensor_at_a_new_offset_each_step_builds_no_new_program(fused, tpu_device: str, mode: str,
+                                                                                  monkeypatch) -> None:
+    """A batch read out of (and written into) a tensor kept on the device at a new offset every step, as
+    word_language_model's `source[i:i + bptt]`: the offset is an input of the programs, not a constant (it
+    compiled the whole step again for every batch), in Fused and Strict mode alike."""
+    from tputool.diagnose.jaxwatch import JaxWatch
+
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, mode))
+    built = []  # (Fused: a program per new trace, whether compiled now or loaded from the disk cache)
+    real = fused.Trace._compiled
+    monkeypatch.setattr(fused.Trace, "_compiled", lambda self, *a: built.append(1) or real(self, *a))
+    data = torch.arange(240.0).reshape(60, 4)
+    src, out = data.to(tpu_device), torch.zeros(60, 4, device=tpu_device)
+    w = torch.linspace(-1, 1, 12).reshape(4, 3).to(tpu_device)
+    got, lowered = [], []
+    for i in range(3, 50, 7):
+        watch = JaxWatch(lambda: 0)
+        watch.install()
+        try:
+            batch = src[i:i + 5]
+            out[i:i + 5] = batch * 2  # (a write into the stored tensor at the same offset)
+            got.append((batch @ w).sum(0).cpu())
+        finally:
+            watch.remove()
+        lowered.append(sum(1 for _, name, _ in watch.spans if name == "lower_s") + len(built))
+        built.clear()
+    assert lowered[2:] == [0] * (len(lowered) - 2), lowered  # (before: new programs every step)
+    want = [(data[i:i + 5] @ w.cpu()).sum(0) for i in range(3, 50, 7)]
+    torch.testing.assert_close(got, want)
+    expect = torch.zeros(60, 4)
+    for i in range(3, 50, 7):
+        expect[i:i + 5] = data[i:i + 5] * 2
+    torch.testing.assert_close(out.cpu(), expect)
+
+
 def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_device: str) -> None:
     """randn / randn_like / dropout and factories (full, ones, scalar_tensor) are recorded, not run eagerly,
     and a seed gives the same numbers in Fused mode as in Strict mode."""

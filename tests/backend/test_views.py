@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import random
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from tputool.backend.views import strided_read, strided_write
+from tputool.backend.views import strided_read, strided_read_at, strided_write, strided_write_at
 
 
 def _random_view(rng: random.Random, base: torch.Tensor) -> torch.Tensor:
@@ -63,5 +64,23 @@ def test_strided_write_matches_torch_views(seed: int) -> None:
     value = -torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) - 1
     flat = jnp.asarray(base.reshape(-1).numpy())
     got = strided_write(flat, jnp.asarray(value.numpy()), tuple(v.shape), v.stride(), v.storage_offset())
+    v.copy_(value)
+    np.testing.assert_array_equal(np.asarray(got), base.reshape(-1).numpy())
+
+
+@pytest.mark.parametrize("seed", range(0, 100, 3))
+def test_views_read_and_written_at_a_traced_offset_match_torch_views(seed: int) -> None:
+    """strided_read_at/strided_write_at (the storage offset a value of the program) give strided_read/_write's
+    results: the same random views."""
+    base, v = _case(seed)
+    flat = jnp.asarray(base.reshape(-1).numpy())
+    size, stride = tuple(v.shape), v.stride()
+    got = jax.jit(lambda f, o: strided_read_at(f, size, stride, o))(flat, v.storage_offset())
+    np.testing.assert_array_equal(np.asarray(got), v.numpy())
+    if any(s == 0 for s in stride) and v.numel() > 1:
+        return
+    value = -torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) - 1
+    got = jax.jit(lambda f, x, o: strided_write_at(f, x, size, stride, o))(flat, jnp.asarray(value.numpy()),
+                                                                         v.storage_offset())
     v.copy_(value)
     np.testing.assert_array_equal(np.asarray(got), base.reshape(-1).numpy())

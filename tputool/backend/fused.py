@@ -259,6 +259,10 @@ class Trace:
         ref = self._ref(base)
         if whole:
             fn, key = _reshape_fn(size), ("reshape", size)
+        elif off and ref[0] == "x":  # a stored array sliced at an offset: an input (a new batch's offset, same program)
+            (out,) = self.add(_read_at_fn(size, tuple(stride)), ("read@", size, tuple(stride)),
+                              ((ref,), self._ext(off)), [KIND_T, KIND_D], {}, {}, (size, base.dtype))
+            return ("n", out.node, out.index)
         else:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
         (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {}, (size, base.dtype))
@@ -622,6 +626,21 @@ def _read_fn(size: tuple, stride: tuple, off: int) -> Callable:
     from tputool.backend.views import strided_read
 
     return _named(lambda base: strided_read(base.reshape(-1), size, stride, off), "read")
+
+
+@functools.cache
+def _read_at_fn(size: tuple, stride: tuple) -> Callable:
+    from tputool.backend.views import strided_read_at
+
+    return _named(lambda base, off: strided_read_at(base.reshape(-1), size, stride, off), "read")
+
+
+@functools.cache
+def _write_at_fn(base_shape: tuple, size: tuple, stride: tuple) -> Callable:
+    from tputool.backend.views import strided_write_at
+
+    return _named(lambda base, v, off: strided_write_at(base.reshape(-1), v, size, stride, off).reshape(base_shape),
+                  "write")
 
 
 @functools.cache
@@ -1138,9 +1157,14 @@ def _write(t: torch.Tensor, value: Lazy) -> None:
                            (tuple(base.shape), value.dtype))
     else:
         bref = TRACE._ref(base)
-        fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
-        (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
-                           [KIND_T, KIND_T], {}, {}, (tuple(base.shape), base.dtype))
+        if off and bref[0] == "x":  # (into a stored array at an offset: an input, as a read's in storage_ref)
+            (new,) = TRACE.add(_write_at_fn(tuple(base.shape), size, tuple(stride)),
+                               ("write@", tuple(base.shape), size, tuple(stride)), ((bref,), (ref,), TRACE._ext(off)),
+                               [KIND_T, KIND_T, KIND_D], {}, {}, (tuple(base.shape), base.dtype))
+        else:
+            fn = _write_fn(tuple(base.shape), size, tuple(stride), off)
+            (new,) = TRACE.add(fn, ("write", tuple(base.shape), size, tuple(stride), off), ((bref,), (ref,)),
+                               [KIND_T, KIND_T], {}, {}, (tuple(base.shape), base.dtype))
     TRACE.undo.append((st, st._tpu))
     st._tpu = new  # (the version counter was bumped above the dispatch mode, as for any in-place op)
     TRACE.storages.append(weakref.ref(st))

@@ -148,7 +148,7 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     events.launches += 1  # (a reshape of a whole buffer, or a view's read kernel)
     if off == 0 and math.prod(size) == base.size and views.is_contiguous(size, stride):
         return base.reshape(size)
-    return views.reader(base.shape, size, stride, off)(base)
+    return views.read(base, size, stride, off)
 
 
 def write(t: torch.Tensor, value: jax.Array) -> None:
@@ -167,7 +167,7 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
             return
     if type(base) is Uninit:
         base = _base(st)
-    st._tpu = new = views.writer(base.shape, size, t.stride(), off)(base, value)
+    st._tpu = new = views.write(base, value, size, t.stride(), off)
     events.launches += 1
     track(new)
 

@@ -1,6 +1,7 @@
 """Strided reads and writes of a flat JAX buffer: how a tpu view (size, stride, offset) sees its storage.
 
-Each geometry gets one cached `jax.jit` kernel. Reads use reshape/slice/transpose when the strides nest
+Each geometry (size, stride; the storage offset is an argument where it is not 0) gets one cached `jax.jit`
+kernel. Reads use reshape/slice/transpose when the strides nest
 (slices, transposes, selects, expands: no gather), else a gather whose indices are built in-graph from
 iotas (no large constants). Writes use a full replace, a contiguous dynamic_update_slice, or a scatter.
 """
@@ -96,6 +97,32 @@ def strided_write(flat: jax.Array, value: jax.Array, size: tuple, stride: tuple,
     return flat.at[_index(size, stride, offset, flat.shape[0]).reshape(-1)].set(value.reshape(-1))
 
 
+def view_span(size: tuple, stride: tuple) -> int:
+    """Elements from a view's first to its last in storage, both included (0 for an empty view)."""
+    if math.prod(size) == 0:
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+
+
+def strided_read_at(flat: jax.Array, size: tuple, stride: tuple, offset: jax.Array) -> jax.Array:
+    """`strided_read` with an offset that is a value of the program (a traced integer), not a constant: a
+    script slicing a stored tensor at a new offset each step (a batch of a dataset kept on the device) runs
+    one program for every offset. A valid view never reaches past the buffer, so the window is never clamped."""
+    span = view_span(size, stride)
+    if not span:
+        return jnp.zeros(size, flat.dtype)
+    return strided_read(lax.dynamic_slice(flat, (offset,), (span,)), size, stride, 0)
+
+
+def strided_write_at(flat: jax.Array, value: jax.Array, size: tuple, stride: tuple, offset: jax.Array) -> jax.Array:
+    """`strided_write` with a traced offset (see `strided_read_at`)."""
+    span = view_span(size, stride)
+    if not span:
+        return flat
+    window = strided_write(lax.dynamic_slice(flat, (offset,), (span,)), value, size, stride, 0)
+    return lax.dynamic_update_slice(flat, window, (offset,))
+
+
 def _is_contiguous(size: tuple, stride: tuple) -> bool:
     expected = 1
     for s, st in zip(reversed(size), reversed(stride), strict=True):
@@ -119,21 +146,37 @@ def is_contiguous(size: tuple, stride: tuple) -> bool:
     return _is_contiguous(size, stride)
 
 
+def read(base: jax.Array, size: tuple, stride: tuple, offset: int) -> jax.Array:
+    """The view (size, stride, offset) of `base`, by a jitted kernel per geometry; one kernel serves every nonzero
+    offset (it is an argument: slicing a stored tensor at a new offset each step compiles nothing new)."""
+    if offset:
+        return _reader_at(base.shape, size, stride)(base, offset)
+    return _reader(base.shape, size, stride)(base)
+
+
+def write(base: jax.Array, value: jax.Array, size: tuple, stride: tuple, offset: int) -> jax.Array:
+    """`base` with the view (size, stride, offset) replaced by `value` (kernels as `read`'s)."""
+    if offset:
+        return _writer_at(base.shape, size, stride)(base, value, offset)
+    return _writer(base.shape, size, stride)(base, value)
+
+
 @functools.cache
-def reader(base_shape: tuple, size: tuple, stride: tuple, offset: int):
-    """Jitted `base -> view` for one geometry."""
-
-    def read(base):
-        return strided_read(base.reshape(-1), size, stride, offset)
-
-    return jax.jit(read)
+def _reader(base_shape: tuple, size: tuple, stride: tuple):
+    return jax.jit(lambda base: strided_read(base.reshape(-1), size, stride, 0))
 
 
 @functools.cache
-def writer(base_shape: tuple, size: tuple, stride: tuple, offset: int):
-    """Jitted `(base, value) -> new base` for one geometry."""
+def _reader_at(base_shape: tuple, size: tuple, stride: tuple):
+    return jax.jit(lambda base, offset: strided_read_at(base.reshape(-1), size, stride, offset))
 
-    def write(base, value):
-        return strided_write(base.reshape(-1), value, size, stride, offset).reshape(base_shape)
 
-    return jax.jit(write)
+@functools.cache
+def _writer(base_shape: tuple, size: tuple, stride: tuple):
+    return jax.jit(lambda base, value: strided_write(base.reshape(-1), value, size, stride, 0).reshape(base_shape))
+
+
+@functools.cache
+def _writer_at(base_shape: tuple, size: tuple, stride: tuple):
+    return jax.jit(lambda base, value, offset: strided_write_at(base.reshape(-1), value, size, stride,
+                                                                offset).reshape(base_shape))
