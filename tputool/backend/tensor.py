@@ -111,8 +111,7 @@ def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
         memory.check_alloc(nbytes)
     t = _create(size, dtype)
     if stride is not None and tuple(stride) != t.stride() and math.prod(size) > 1:
-        n = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
-        t.untyped_storage()._tpu = Uninit((n,), npdt)
+        t.untyped_storage()._tpu = Uninit((views.view_span(size, tuple(stride)),), npdt)
         _set_storage_meta(_META_KS, t, t.untyped_storage(), 0, size, stride)
     else:
         t.untyped_storage()._tpu = Uninit(size, npdt)
