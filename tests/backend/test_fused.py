@@ -252,6 +252,29 @@ def test_slicing_a_stored_tensor_at_a_new_offset_each_step_builds_no_new_program
     torch.testing.assert_close(out.cpu(), expect)
 
 
+def test_a_python_number_given_for_a_tensor_argument_is_an_input(fused, tpu_device: str) -> None:
+    """`total / count` with a Python count that grows every step (pytorch/examples imagenet's AverageMeter): the
+    number is a wrapped number where the op takes a Tensor, an input of the fused computation as in Strict mode,
+    so every step reuses one program (before: a new one per value, then the op ran alone each step). Its dtype
+    rules stay a Python number's: an int tensor times a float is float32, a half tensor stays half."""
+    x = torch.arange(6.0, device=tpu_device)
+    n = torch.arange(6, dtype=torch.int32, device=tpu_device)
+    h = torch.arange(6.0, dtype=torch.float16, device=tpu_device)
+    fused.flush("test")
+    got = []
+    for count in range(8, 48, 8):
+        got.append([t.cpu() for t in (x * 8 / count, n * (count / 3), n * count, h * (count + 0.5),
+                                      torch.where(x > 2, x, count))])
+        if count == 16:
+            compiled = events.counts[("compile", "fused graph")]
+    assert events.counts[("compile", "fused graph")] == compiled  # (before: a new program every step)
+    xs, ns, hs = torch.arange(6.0), torch.arange(6, dtype=torch.int32), torch.arange(6.0, dtype=torch.float16)
+    want = [[xs * 8 / c, ns * (c / 3), ns * c, hs * (c + 0.5), torch.where(xs > 2, xs, c)] for c in range(8, 48, 8)]
+    for g, w in zip(got, want, strict=True):
+        assert [t.dtype for t in g] == [t.dtype for t in w]
+        torch.testing.assert_close(g, w)
+
+
 def test_random_ops_and_tpu_factories_are_deferred_with_strict_modes_stream(tpu_device: str) -> None:
     """randn / randn_like / dropout and factories (full, ones, scalar_tensor) are recorded, not run eagerly,
     and a seed gives the same numbers in Fused mode as in Strict mode."""

@@ -973,13 +973,17 @@ FuseMode.__torch_dispatch__ = _skip_dynamo(FuseMode.__dict__["__torch_dispatch__
 def _arg_facts(op: torch._ops.OpOverload, floats: bool = False) -> tuple[dict, list]:
     """Per argument of `op`, computed once: (is a number list, is a number, has a default, the default);
     by name and in positional order (schema objects are rebuilt on every access, so never on the hot path).
-    With `floats` (a lowering with `dynamic_floats`), `float` arguments count as numbers too."""
+    A `Tensor` argument counts as a number too: a Python number there is a wrapped number (`x / n`), an input as
+    in Strict mode (`dispatch.LoweredOp`), so an average's changing count compiles nothing new. With `floats` (a
+    lowering with `dynamic_floats`), `float` arguments count as numbers too."""
     numbers = (torch._C.NumberType, torch._C.FloatType) if floats else torch._C.NumberType
 
     def facts(a) -> tuple:
         is_list = isinstance(a.type, torch._C.ListType) and isinstance(a.type.getElementType(), torch._C.NumberType)
+        t = a.type.getElementType() if isinstance(a.type, torch._C.OptionalType) else a.type
         has_default = a.has_default_value()
-        return (is_list, isinstance(a.type, numbers), has_default, a.default_value if has_default else None)
+        return (is_list, isinstance(a.type, numbers) or isinstance(t, torch._C.TensorType), has_default,
+                a.default_value if has_default else None)
 
     args = op._schema.arguments
     return {a.name: facts(a) for a in args}, [facts(a) for a in args if not a.kwarg_only]
