@@ -32,14 +32,16 @@ def tputool(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-@pytest.mark.parametrize("name, extra", [("branch_mlp", ["--steps", "2"]), ("matmul_mlp", []),
-                                         ("dropout_mlp", []), ("autocast_mlp", ["--reference-fp32"])])
+@pytest.mark.parametrize("name, extra", [("branch_mlp", ["--steps", "2"]), ("branch_batchnorm", ["--steps", "2"]),
+                                         ("matmul_mlp", []), ("dropout_mlp", []),
+                                         ("autocast_mlp", ["--reference-fp32"])])
 def test_planted_departure_is_found_at_its_line_with_its_cause(name, extra):
     script = FIXTURES / f"{name}.py"
     cause, line = expected(script)
     r = tputool("parity", str(script), "--steps", "1", "--format", "json", *extra)
     assert r.returncode == 1, r.stderr
     rep = json.loads(r.stdout)
+    assert rep["tpu"]["status"] != "error", rep["tpu"]  # (the replay of the departing module broke nothing)
     f = rep["findings"][0]
     assert (Path(f["file"]).name, f["line"]) == (script.name, line), f
     assert f["causes"][0]["name"] == cause, f["causes"]

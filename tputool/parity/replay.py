@@ -71,8 +71,11 @@ def _set_rng_state(state: tuple) -> None:
 
 def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrames, max_bytes: int,
            target: str = "cpu", ref_fp32: bool = False) -> tuple[list[dict], list[dict]]:
-    """Run `module(*args, **kwargs)` op by op on its device and on a `target` copy; returns both op logs."""
+    """Run `module(*args, **kwargs)` op by op on its device and on a `target` copy; returns both op logs. The
+    module's buffers are put back afterwards, their autograd versions too: the script's backward may still read
+    a buffer its forward saved (BatchNorm's running statistics), which the replay's forward updated again."""
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}
+    versions = {n: b._version for n, b in module.named_buffers()}
     rng = _rng_state()
     dev = torch.device(target)
     amp_dtype = torch.get_autocast_dtype("tpu") if torch.is_autocast_enabled("tpu") else None
@@ -90,9 +93,12 @@ def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrame
                 ref_module(*ref_args, **ref_kwargs)
     finally:
         with torch.no_grad():
+            kept = [(b, versions[n]) for n, b in module.named_buffers() if n in saved]
             for n, b in module.named_buffers():
                 if n in saved:
                     b.copy_(saved[n])
+        if kept:  # (each buffer holds again what it held at that version)
+            torch._C._autograd._unsafe_set_version_counter(tuple(b for b, _ in kept), tuple(v for _, v in kept))
         _set_rng_state(rng)
     return tpu_log.ops, ref_log.ops
 
