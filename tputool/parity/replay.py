@@ -81,9 +81,9 @@ def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrame
     amp_dtype = torch.get_autocast_dtype("tpu") if torch.is_autocast_enabled("tpu") else None
     try:
         with torch.no_grad():
+            ref_module = copy.deepcopy(module).to(dev)  # (before the replay below updates a buffer again)
             with OpLog(frames, max_bytes) as tpu_log:
                 module(*args, **kwargs)
-            ref_module = copy.deepcopy(module).to(dev)
             ref_args, ref_kwargs = tree_map(_to(dev), args), tree_map(_to(dev), kwargs)
             amp = (torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype is not None and not ref_fp32
                    else contextlib.nullcontext())
