@@ -239,3 +239,28 @@ def test_pin_memory_marks_batches_pinned():
     t = torch.ones(3)
     assert not t.is_pinned()
     assert t.pin_memory().is_pinned()
+
+
+def test_data_parallel_over_one_tpu_device_runs_as_on_one_gpu(mode) -> None:
+    """`nn.DataParallel(model).to("tpu")` (pytorch/examples imagenet's one-GPU path) computes what the module does,
+    gradients reaching a CPU input too, as DataParallel does over one CUDA GPU (before: PyTorch's CUDA-only
+    `torch._C._scatter` was missing); over several tpu devices it is a clear error naming DDP (TPU410)."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model = torch.nn.DataParallel(copy.deepcopy(ref)).to("tpu")
+    assert model.device_ids == [0]
+    x = torch.randn(3, 4)
+    for inp in (x.clone().requires_grad_(), x.to("tpu")):
+        out = model(inp)
+        assert out.device.type == "tpu"
+        torch.testing.assert_close(out.cpu(), ref(x))
+    xin = x.clone().requires_grad_()
+    model(xin).sum().backward()
+    xref = x.clone().requires_grad_()
+    ref(xref).sum().backward()
+    torch.testing.assert_close(xin.grad, xref.grad)
+    torch.testing.assert_close(model.module[0].weight.grad.cpu(), ref[0].weight.grad)
+    with pytest.raises(NotImplementedError, match=r"over 2 tpu devices.*DistributedDataParallel.*TPU410"):
+        torch.nn.parallel.comm.scatter(x, [0, 1])

@@ -93,9 +93,17 @@ def register(freeze_gc: bool = False) -> bool:
 
     rng.install_generator()  # torch.Generator(device="tpu")
     _register_kernels()
-    from tputool.backend import hf_accelerate, hf_generate, module_ties, serialization, storages
+    from tputool.backend import (
+        data_parallel,
+        hf_accelerate,
+        hf_generate,
+        module_ties,
+        serialization,
+        storages,
+    )
 
     module_ties.install()
+    data_parallel.install()
     hf_generate.install()
     hf_accelerate.install()
     serialization.install()

@@ -559,7 +559,9 @@ since the module is already on its device.""",
     _rule("TPU410", "data-parallel", E, NOFIX, BLOCKER, (49,),
           "nn.DataParallel is single-process multi-GPU; use DDP on TPU",
           """`torch.nn.DataParallel` replicates over CUDA devices of one process. Use
-`DistributedDataParallel` (one process per chip, backend "tpu") or FSDP2 `fully_shard`.""",
+`DistributedDataParallel` (one process per chip, backend "tpu") or FSDP2 `fully_shard`. On tpu, DataParallel over
+one device runs (it is the module itself, as on one GPU); over several, as on a multi-chip TPU host where it takes
+every chip, it raises an error naming DDP at its first call.""",
           "model = torch.nn.DataParallel(model).cuda()", None,
           port=Port(triggers=("DataParallel",), refs=_many(
               "torch.nn.DataParallel torch.nn.parallel.DataParallel torch.nn.parallel.data_parallel", prefix=""))),
