@@ -52,6 +52,18 @@ def test_clean_training_script_evaluating_after_the_loop_has_no_warning(monkeypa
     assert [(f.code, f.line) for f in report.findings if f.code == "TPU809"] == [("TPU809", 20)]
 
 
+def test_an_evaluation_mid_run_is_one_steps_new_programs_not_a_recompile(monkeypatch):
+    """Two epochs, each ending in an evaluation of a held-out set of another size: the first one's programs compile
+    in one step of the second half (at the line the training log compiles at too). That is a note (TPU808 at INFO,
+    naming the step), not the warning a recompile in every step gets (timm's train.py over two epochs)."""
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    report = diagnose(str(FIXTURES / "clean_eval_mid.py"), include_static=False)
+    assert report.status == "ok" and report.steps == 16
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+    (f,) = [f for f in report.findings if f.code == "TPU808"]
+    assert f.line == 19 and f.severity == Severity.INFO and "all in step 9" in f.message, f
+
+
 def test_compiled_step_comparison_times_the_model_under_torch_compile(monkeypatch):
     """compare_compiled runs the script again with its top-level model compiled and reports the step times."""
     assert tpu_works(compile=True), "the bundled tpu device compile backend fails the probe script"

@@ -34,7 +34,8 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
     `boundaries[k]` is how many events were logged when step k+1 ended, so each event's step is known:
     `late` counts the events in the second half of the run (steady state, after warm-up; none after the last step
     ended; compiles: `jaxwatch.late_compile_steps`); `first_step` and `last_step` are the iterations of the first and
-    last of them, `steps_seen` how many iterations had one (the tail after the last one only if nothing else).
+    last of them, `steps_seen` how many iterations had one (the tail after the last one only if nothing else),
+    `late_iters` the iterations of the late ones.
     """
     events = sys.modules.get("tputool.backend.events")
     if events is None:
@@ -48,7 +49,7 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
         key = (e["kind"], e["detail"], e["file"], e["line"])
         a = agg.setdefault(key, {"kind": key[0], "detail": key[1], "file": key[2], "line": key[3],
                                  "count": 0, "amount": 0, "late": 0, "late_amount": 0,
-                                 "first_step": None, "last_step": None, "steps_seen": 0})
+                                 "first_step": None, "last_step": None, "steps_seen": 0, "late_iters": []})
         step = bisect.bisect_right(boundaries, i)
         a["count"] += 1
         a["amount"] += int(e.get("amount", 1))
@@ -59,6 +60,8 @@ def _events_record(boundaries: list[int], steps: int) -> dict:
         if step in (late_compiles if key[0] == "compile" else late_steps):
             a["late"] += 1
             a["late_amount"] += int(e.get("amount", 1))
+            if not a["late_iters"] or a["late_iters"][-1] != step:
+                a["late_iters"].append(step)
     totals: dict[str, int] = {}
     for (kind, _), n in events.counts.items():
         totals[kind] = totals.get(kind, 0) + n

@@ -289,6 +289,21 @@ def _events(rec: RunRecord, steps: int) -> list[Finding]:
     return out
 
 
+def _late_compile_iters(rec: RunRecord) -> dict[tuple[str, int], set[int] | None]:
+    """Per user location, the iterations of the second half in which it compiled (None: a record without them)."""
+    out: dict[tuple[str, int], set[int] | None] = {}
+    for e in rec.events:
+        if e["kind"] != "compile" or not e.get("late"):
+            continue
+        where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+        iters = e.get("late_iters")
+        if iters is None or (where in out and out[where] is None):
+            out[where] = None
+        else:
+            out.setdefault(where, set()).update(iters)
+    return out
+
+
 def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str, int]], int]:
     """Late XLA compiles (second half of the run) by user location and executable, at locations that compiled
     in two or more iterations; and how many late compiles were at locations that compiled in one iteration only.
@@ -324,13 +339,22 @@ host-sync reason: no TPU601 either, Hugging Face's loop needs it as it does on C
 def _late_compiles(rec: RunRecord, steps: int) -> list[Finding]:
     """TPU808 at each location that keeps compiling XLA programs in the second half of the run."""
     out = []
+    iters = _late_compile_iters(rec)
     for (file, line), by_name in _late_compile_groups(rec)[0].items():
         late = sum(by_name.values())
         names = ", ".join(f"{k} x{v}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:3])
         window = late_compile_steps(steps)
-        out.append(_finding("TPU808", file, line, f"{late} XLA compiles in the second half of the run "
-                            f"({_unit(rec)} {window.start + 1}-{window.stop}): {names}", count=late, steps=len(window),
-                            executables=by_name))
+        message = (f"{late} XLA compiles in the second half of the run ({_unit(rec)} {window.start + 1}-"
+                   f"{window.stop}): {names}")
+        once = iters.get((file, line))
+        if once is not None and len(once) == 1:  # (one step's new programs: an evaluation, an epoch's first step)
+            (it,) = once
+            out.append(_finding("TPU808", file, line, f"{message}, all in {_unit(rec)[:-1]} {it + 1}: new programs "
+                                "of one step (an evaluation, an epoch's first step), not a recompile every step",
+                                count=late, steps=len(window), executables=by_name, severity=Severity.INFO,
+                                fix="nothing needed unless it repeats: run more steps (--max-steps) to tell"))
+            continue
+        out.append(_finding("TPU808", file, line, message, count=late, steps=len(window), executables=by_name))
     return out
 
 
