@@ -229,6 +229,10 @@ def test_uses_of_an_optional_import_are_informational():
                 scaled.backward()
         """)
     assert findings and all(f.severity is Severity.INFO for f in findings)
+    # (each message says what it is: the library imported, the rule's own text; timm's cuda.py read
+    # "optional import (TPU504's library)" and "None (through an optional import ...)")
+    assert [f.message.split(":")[0] for f in findings] == ["optional import of apex.amp",
+                                                           "Apex AMP; use native torch.autocast('tpu', dtype=torch.bfloat16) (through an optional import"], findings
 
 
 def test_a_class_with_its_own_cuda_method_is_reported():

@@ -128,7 +128,8 @@ def reference(t: PortBase, orig: cst.BaseExpression, upd: cst.BaseExpression) ->
         severity, message = _guarded(t, orig) if ref.code == "TPU410" else (None, ref.message)
         if t.optional_import(orig):
             severity = Severity.INFO
-            message = f"{ref.message} (through an optional import: runs only where the library is installed)"
+            message = (f"{ref.message or RULES[ref.code].message} (through an optional import: runs only where the "
+                       "library is installed)")
         t.fire(ref.code, orig, fixable=False, message=message, note=ref.note, severity=severity)
         if call is not None and q.startswith(("torch.cuda.", "torch.backends.cudnn.", "torch.version.")):
             t.hold(call)  # a CUDA call left as it is keeps its arguments: nothing in it is half-moved

@@ -26,16 +26,16 @@ def import_names(node: cst.Import | cst.ImportFrom) -> list[str]:
 
 def import_findings(t: PortBase, node: cst.Import | cst.ImportFrom) -> None:
     """One finding per CUDA-only library an import statement brings in."""
-    codes = []
+    codes: dict[str, str] = {}  # code -> the first name imported for it
     for name in import_names(node):
         code = prefix_match(name, IMPORT_FINDINGS)
         if code is not None and code not in codes:
-            codes.append(code)
+            codes[code] = name
     optional = _optional_import(t, node)
-    for code in codes:
+    for code, name in codes.items():
         if optional:
             t.fire(code, node, fixable=False, severity=Severity.INFO,
-                   message=f"optional import ({code}'s library): guarded by try/except ImportError, so the "
+                   message=f"optional import of {name}: guarded by try/except ImportError, so the "
                            "fallback path runs where the library is missing; check that it is the one TPU needs")
         else:
             t.fire(code, node, fixable=False)
