@@ -29,6 +29,28 @@ def test_top_level_calls_counted_once_each_nested_and_compiled_included(tmp_path
     assert (report.loop, report.calls, report.steps) == ("calls", 8, 0)
 
 
+def test_stateless_modules_are_no_model_calls(tmp_path):
+    """A transform module (torchvision's are nn.Modules) or a loss called on each batch outside the model is no
+    iteration: only the model's calls count."""
+    p = tmp_path / "infer.py"
+    p.write_text(textwrap.dedent("""\
+        import torch
+
+        class Scale(torch.nn.Module):
+            def forward(self, x):
+                return x * 0.5
+
+        model, scale, loss = torch.nn.Linear(8, 8), Scale(), torch.nn.MSELoss()
+        with torch.no_grad():
+            for n in range(4):
+                x = scale(torch.randn(2, 8))
+                loss(model(x), x)
+        """))
+    report = diagnose(str(p), include_static=False)
+    assert report.status == "ok", report.error
+    assert (report.loop, report.calls, report.steps) == ("calls", 4, 0)
+
+
 def test_optimizer_steps_take_over_from_calls(tmp_path):
     p = tmp_path / "train.py"
     p.write_text(textwrap.dedent("""\

@@ -57,6 +57,17 @@ def test_clean_script_reports_nothing_and_exits_0():
     assert "No departure" in r.stdout and "DEPARTURE" not in r.stdout
 
 
+def test_stateless_transform_modules_are_no_model_calls():
+    """A transform module in a DataLoader worker and another on each batch (timm's train.py with torchvision's
+    transforms): the worker records nothing (it died of the step limit, a model's calls counted there) and the
+    steps are the model's optimizer steps."""
+    r = tputool("parity", str(FIXTURES / "transform_loader.py"), "--steps", "2", "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["findings"] == [] and rep["loop"] == "steps" and rep["tpu"]["status"] != "error", rep["tpu"]
+    assert [s["step"] for s in rep["per_step"]] == [0, 1]
+
+
 def test_clean_inference_transformer_compares_each_model_call_as_a_step():
     r = tputool("parity", str(FIXTURES / "clean_transformer.py"), "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr

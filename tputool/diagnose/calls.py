@@ -1,7 +1,8 @@
 """Iterations of loops without an optimizer (inference, eval, `generate`): calls of a top-level nn.Module.
 
-A top-level call is a module's forward entered while no other module's forward runs (a compiled model's
-`OptimizedModule` call counts once). Each one is an iteration, as an optimizer step is for a training loop:
+A top-level call is a model's forward entered while no other module's forward runs (a compiled model's
+`OptimizedModule` call counts once); a module that holds no parameter or buffer is no model (`is_model`:
+torchvision's transforms are modules, called once per sample). Each one is an iteration, as an optimizer step is for a training loop:
 `CallCounter` counts them through global module hooks until the first optimizer step (then steps take over
 and the hooks go quiet: removing them would change `len(_global_forward_hooks)`, which Dynamo guards on, and
 recompile every compiled function), and records per calling user line the input shapes of the calls that compiled
@@ -23,6 +24,12 @@ from tputool.diagnose.userframes import UserFrames
 
 MAX_COMPILING_CALLS = 64  # per call site: the compiling calls kept (index, compiles, shapes)
 GENERATE_NAMES = frozenset({"generate"})  # a top-level call made under one of these is a generation loop
+
+
+def is_model(module: torch.nn.Module) -> bool:
+    """Whether a top-level module call can be the loop's model: the module (or a submodule) holds a parameter or
+    a buffer. Stateless modules (torchvision's `transforms.Resize`, a loss) are not iterations of a loop."""
+    return next(module.parameters(), None) is not None or next(module.buffers(), None) is not None
 
 
 class CallCounter:
@@ -65,6 +72,8 @@ class CallCounter:
 
     def _enter(self, module: torch.nn.Module, args: tuple) -> None:
         if torch.compiler.is_compiling() or not self.active:  # is_compiling first: Dynamo then reads nothing
+            return
+        if not self._depth and not is_model(module):  # (its _exit sees depth 0 and returns too)
             return
         self._depth += 1
         if self._depth > 1:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
+from tputool.diagnose.calls import is_model
 from tputool.diagnose.userframes import UserFrames
 from tputool.parity.compare import MANTISSA_BITS
 
@@ -198,12 +199,12 @@ class Recorder:
             self.param_names.setdefault(id(p), f"{root}.{name}")
 
     def _pre(self, module: torch.nn.Module, args: tuple) -> None:
-        if self.paused:
+        if self.paused or os.getpid() != self.watch.pid:  # (a DataLoader worker's transforms record nothing)
             return
         if not self.stack:
             if id(module) not in self.names:
                 self._name_root(module)
-            if self.first_root is None:
+            if self.first_root is None and is_model(module):  # (a stateless transform is no model's call)
                 self.first_root = id(module)
             if id(module) == self.first_root:
                 if self.optimizer_steps == 0 and self.step >= self.max_steps:
@@ -237,7 +238,7 @@ class Recorder:
         return entry
 
     def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if self.paused or not self.stack:
+        if self.paused or not self.stack or os.getpid() != self.watch.pid:
             return
         _, fb0, is_random = self.stack.pop()
         name = self.names.get(id(module), type(module).__name__)
