@@ -57,6 +57,26 @@ def test_clean_script_reports_nothing_and_exits_0():
     assert "No departure" in r.stdout and "DEPARTURE" not in r.stdout
 
 
+def test_a_script_that_amplifies_rounding_has_no_departure_a_planted_update_bug_keeps_one():
+    """A departure the earlier updates brought (cause inherited) is measured against the reference run again with its
+    weights changed by one rounding step. A chaotic training (a huge learning rate) departs as much from itself:
+    exit 0, the departure under `explained`. A learning rate that depends on the device departs far beyond what
+    that twin does: it stays a departure."""
+    r = tputool("parity", str(FIXTURES / "chaotic_mlp.py"), "--steps", "6", "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["findings"] == [] and rep["sensitivity"]["explains"], rep["sensitivity"]
+    assert [c["name"] for c in rep["explained"][0]["causes"]] == ["inherited"]
+    assert rep["verdict"].startswith("No departure beyond this script's own sensitivity")
+    r = tputool("parity", str(FIXTURES / "branch_update.py"), "--steps", "3", "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert not rep["sensitivity"]["explains"] and rep["explained"] == []
+    assert rep["sensitivity"]["tpu_max_abs"] > 100 * rep["sensitivity"]["twin_max_abs"], rep["sensitivity"]
+    (f,) = rep["findings"]
+    assert f["step"] == 1 and [c["name"] for c in f["causes"]] == ["inherited"]
+
+
 def test_stateless_transform_modules_are_no_model_calls():
     """A transform module in a DataLoader worker and another on each batch (timm's train.py with torchvision's
     transforms): the worker records nothing (it died of the step limit, a model's calls counted there) and the
@@ -97,7 +117,8 @@ def test_recorded_reference_round_trip(tmp_path):
 def check_schema(rep: dict) -> None:
     """The JSON report of a departure found in 2 steps has the documented fields."""
     assert rep["schema"] == "tputool.parity/1"
-    assert {"script", "verdict", "steps", "reference", "tpu", "findings", "levels", "per_step"} <= set(rep)
+    assert {"script", "verdict", "steps", "reference", "tpu", "findings", "levels", "per_step", "sensitivity",
+            "explained"} <= set(rep)
     f = rep["findings"][0]
     assert {"kind", "file", "line", "key", "module", "step", "message", "causes", "op", "growth", "max_abs",
             "max_rel", "ulps", "explained", "needed", "module_file", "module_line"} <= set(f)

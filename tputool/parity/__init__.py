@@ -2,7 +2,9 @@
 
 `parity(script, args)` runs the reference child (the script's `tpu` mapped to CPU) and the tpu child with the
 same seeds, records every module output and parameter gradient of the first steps, and returns a report dict
-(`analyze.analyze` plus the runs' facts; schema in `report.py`). `record_reference(...)` runs only the
+(`analyze.analyze` plus the runs' facts; schema in `report.py`). A departure that only the earlier updates
+brought (`inherited`) is measured against a third run, the reference with its weights changed by one rounding
+step (`analyze.sensitivity`): a script that amplifies that much has no departure of the tpu run's. `record_reference(...)` runs only the
 reference side and keeps its record (`--reference` reads it back). Importing this package does not import torch.
 """
 
@@ -49,7 +51,7 @@ def parity(script: str, args: list[str] | None = None, *, reference: str | None 
     """Run both sides (or only tpu, against the saved `reference`) and return the parity report dict."""
     import torch
 
-    from tputool.parity.analyze import analyze
+    from tputool.parity.analyze import analyze, needs_twin, sensitivity
     from tputool.parity.compare import DEFAULT_SLACK
     from tputool.parity.runner import run_side
 
@@ -72,7 +74,13 @@ def parity(script: str, args: list[str] | None = None, *, reference: str | None 
                            fp32=fp32, quiet=quiet)
         tpu = run_side("tpu", script, args, os.path.join(tmp, "tpu.pt"), steps=steps, timeout_s=timeout_s,
                        max_mb=max_mb, compare=ref_path if ref.get("entries") else None, slack=slack, quiet=quiet)
-    report = analyze(tpu, ref, slack or DEFAULT_SLACK)
+        report = analyze(tpu, ref, slack or DEFAULT_SLACK)
+        report["sensitivity"], report["explained"] = None, []
+        if reference is None and needs_twin(report):  # (a departure the earlier updates brought: how much does
+            # the script itself amplify a rounding step? the twin: the reference with its weights changed by one)
+            twin = run_side("reference", script, args, os.path.join(tmp, "twin.pt"), steps=steps,
+                            timeout_s=timeout_s, max_mb=max_mb, fp32=fp32, perturb=True)
+            report["sensitivity"] = sensitivity(report, twin, ref, slack or DEFAULT_SLACK)
     report.update({
         "script": os.path.abspath(script), "steps": min(tpu.get("steps", 0), ref.get("steps", 0)),
         "loop": tpu.get("loop"), "slack": slack or DEFAULT_SLACK,

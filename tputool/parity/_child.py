@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp32", action="store_true")
     p.add_argument("--compare", default=None)
     p.add_argument("--slack", type=float, default=None)
+    p.add_argument("--perturb", action="store_true", help="the sensitivity twin (`record.perturb`)")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     frames = UserFrames(os.path.dirname(script))
     recorder = Recorder(frames, ns.steps, int(ns.max_mb * 2**20))
+    recorder.perturb = ns.perturb
     undo = []
     online = None
     if ns.side == "reference":

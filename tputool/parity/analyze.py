@@ -107,6 +107,31 @@ def analyze(tpu: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
             "replay_error": tpu.get("replay_error")}
 
 
+def needs_twin(report: dict) -> bool:
+    """Whether the report's first finding may be this script's own sensitivity: a departure after the first step
+    whose cause is only that the earlier updates differ (`inherited`), which a twin reference run can measure."""
+    f = report["findings"][0] if report["findings"] else None
+    return (f is not None and f["kind"] == "departure" and f["step"] >= 1 and f["max_abs"] is not None
+            and [c["name"] for c in f["causes"]] == ["inherited"])
+
+
+def sensitivity(report: dict, twin: dict, ref: dict, slack: float = DEFAULT_SLACK) -> dict:
+    """How far the twin reference run (its weights changed by one rounding step, `record.perturb`) departs from
+    the reference at the record where the tpu run first departs. When the tpu run's error there is within
+    `slack` times the twin's, the departure is this script amplifying rounding, which every device's rounding
+    sets off: the finding moves from `findings` to `explained` (see report.py)."""
+    f = report["findings"][0]
+    t = next((e for e in twin.get("entries", []) if e["key"] == f["key"]), None)
+    r = next((e for e in ref["entries"] if e["key"] == f["key"]), None)
+    twin_abs = None if t is None or r is None else diff(t, r, f["step"], slack).get("max_abs")
+    explains = twin.get("status") in ("ok", "step_limit") and bool(twin_abs) and f["max_abs"] <= slack * twin_abs
+    out = {"key": f["key"], "step": f["step"], "module": f["seen_in"], "tpu_max_abs": f["max_abs"],
+           "twin_max_abs": twin_abs, "twin_status": twin.get("status"), "explains": explains}
+    if explains:
+        report["explained"] = [report["findings"].pop(0)]
+    return out
+
+
 def _message(e: dict, d: dict) -> str:
     what = {"out": "output", "grad": "gradient", "in": "input"}[e["kind"]]
     size = "" if d.get("max_abs") is None else f": max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}"

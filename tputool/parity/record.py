@@ -122,6 +122,23 @@ def capture(t: torch.Tensor, max_bytes: int) -> dict:
     return out
 
 
+PERTURB_SEED = 0
+"""The seed of the signs `perturb` draws (its own generator: the script's random streams are not touched)."""
+
+
+def perturb(module: torch.nn.Module) -> None:
+    """Change every floating parameter of `module` by one rounding step of its dtype (x * (1 +- 2**-mantissa), the
+    sign drawn per element): the twin reference run that measures how much this script amplifies rounding."""
+    g = torch.Generator().manual_seed(PERTURB_SEED)
+    with torch.no_grad():
+        for p in module.parameters():
+            bits = MANTISSA_BITS.get(str(p.dtype))
+            if bits is None:
+                continue
+            sign = torch.randint(0, 2, p.shape, generator=g).to(p.device, p.dtype) * 2 - 1
+            p.mul_(1 + sign * 2.0 ** -bits)
+
+
 def autocast_dtype() -> str | None:
     """The dtype of the innermost enabled autocast (tpu, cuda or cpu), or None outside autocast."""
     for dev in ("tpu", "cuda", "cpu"):
@@ -158,6 +175,7 @@ class Recorder:
         self.stack: list[tuple[torch.nn.Module, int, bool]] = []  # (module, fallbacks at entry, random)
         self.calls: dict[tuple[int, str], int] = {}
         self.first_root: int | None = None
+        self.perturb = False  # the sensitivity twin: change the model's weights by one rounding step (`perturb`)
         self.paused = False
         self.on_entry: list[Callable[[dict, torch.nn.Module, tuple, dict, Any], None]] = []
         # (entry, func, args, kwargs, the tensor drawn from) for each random op recorded outside modules
@@ -206,6 +224,8 @@ class Recorder:
                 self._name_root(module)
             if self.first_root is None and is_model(module):  # (a stateless transform is no model's call)
                 self.first_root = id(module)
+                if self.perturb:
+                    perturb(module)
             if id(module) == self.first_root:
                 if self.optimizer_steps == 0 and self.step >= self.max_steps:
                     raise StepLimit()  # an inference loop: max_steps top-level calls are recorded

@@ -17,7 +17,11 @@ JSON schema "tputool.parity/1" (fields are only ever added):
   levels: [{key, kind, name, cls, step, call, file, line, dtype, max_abs, max_rel, ulps, ratio, beyond,
     explained, needed}] (every record compared, in tpu execution order; ratio: the largest error over its
     allowance atol + rtol * |ref|, above 1 departs, "inf" for a NaN mismatch, null for a shape mismatch); per_step: [{step, records, beyond, max_rel,
-    max_abs, needed_atol}]; replay_error: null or why the op-by-op replay failed.
+    max_abs, needed_atol}]; replay_error: null or why the op-by-op replay failed;
+  sensitivity: null, or where a departure the earlier updates brought (cause inherited) was measured against the
+    twin run (the reference with its weights changed by one rounding step): {key, step, module, tpu_max_abs,
+    twin_max_abs, twin_status, explains}; explained: [the departure, as in findings] when the twin departs within
+    a factor `slack` of the tpu run (then findings holds no departure of it: the script amplifies rounding).
 
 Exit status: 0 no departure; 1 a departure (or divergence) beyond tolerance; 2 usage error; the script's own
 status when it failed on either side (see tputool/diagnose/exits.py: 124 timeout, 130 interrupted, 128+N).
@@ -60,6 +64,12 @@ def verdict(report: dict) -> str:
             err = run.get("error") or {}
             msg = f": {err.get('type')}: {err.get('message')}" if err else ""
             return f"The {side} run ended with status {run['status']}{msg}"
+    if not report["findings"] and report.get("explained"):
+        sens = report["sensitivity"]
+        return (f"No departure beyond this script's own sensitivity: {sens['module']} differs from the reference by "
+                f"max abs {_g(sens['tpu_max_abs'])} at step {sens['step']}, and so does the reference itself with its "
+                f"weights changed by one rounding step (max abs {_g(sens['twin_max_abs'])}): its training amplifies "
+                "rounding, which any device's sets off.")
     if not report["findings"]:
         return (f"No departure: every recorded output and gradient of {report['steps']} step(s) agrees with the "
                 "reference within what the dtypes explain.")
@@ -77,6 +87,8 @@ def render_text(report: dict, echo: Callable[[str], None]) -> None:
          f" tpu: {report['tpu']['records']} records; {report['steps']} step(s) compared")
     echo("")
     echo(verdict(report))
+    for f in report.get("explained", []):
+        echo(f"{_where(f['file'], f['line'])}: explained: {f['message']} (cause inherited)")
     for f in report["findings"]:
         echo("")
         echo(f"{_where(f['file'], f['line'])}: {f['kind'].upper()} {f['message']}")
@@ -103,6 +115,12 @@ def render_text(report: dict, echo: Callable[[str], None]) -> None:
         echo("per step: " + "; ".join(f"step {s['step']}: max rel {_g(s['max_rel'])}, max abs {_g(s['max_abs'])},"
                                       f" {s['beyond']}/{s['records']} beyond, atol needed {_g(s['needed_atol'])}"
                                       for s in report["per_step"]))
+    sens = report.get("sensitivity")
+    if sens and not sens["explains"]:
+        twin = (f"max abs {_g(sens['twin_max_abs'])}" if sens["twin_max_abs"] is not None
+                else f"no comparable record (its run: {sens['twin_status']})")
+        echo(f"sensitivity: the reference with its weights changed by one rounding step differs by {twin} at "
+             f"{sens['key']}: less than the tpu run's {_g(sens['tpu_max_abs'])} by more than the slack")
     if report.get("replay_error"):
         echo(f"note: the op-by-op replay failed: {report['replay_error']}")
 

@@ -31,8 +31,9 @@ def _lost(side: str, script: str, rc: int | None, interrupted: bool) -> dict:
 
 def run_side(side: str, script: str, args: list[str], out: str, *, steps: int, timeout_s: float,
              max_mb: float = 16.0, target: str = "cpu", fp32: bool = False, compare: str | None = None,
-             slack: float | None = None, quiet: bool = False) -> dict:
-    """Run `script args` as the `side` child writing its record to `out`; returns the record (plus wall_s)."""
+             slack: float | None = None, quiet: bool = False, perturb: bool = False) -> dict:
+    """Run `script args` as the `side` child writing its record to `out`; returns the record (plus wall_s).
+    `perturb`: the sensitivity twin (`record.perturb`), whose output nobody needs to read again."""
     import torch
 
     cmd = [sys.executable, "-m", "tputool.parity._child", "--side", side, "--out", out, "--steps", str(steps),
@@ -43,11 +44,15 @@ def run_side(side: str, script: str, args: list[str], out: str, *, steps: int, t
         cmd += ["--compare", compare]
     if slack is not None:
         cmd += ["--slack", str(slack)]
+    if perturb:
+        cmd.append("--perturb")
     cmd += ["--", script, *args]
     if os.path.exists(out):
         os.unlink(out)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=2 if quiet else None, start_new_session=True)
+    out_to = subprocess.DEVNULL if perturb else (2 if quiet else None)
+    proc = subprocess.Popen(cmd, stdout=out_to, stderr=subprocess.DEVNULL if perturb else None,
+                            start_new_session=True)
     try:
         rc, interrupted = wait_child(proc, timeout_s + HARD_KILL_GRACE_S)
     finally:
