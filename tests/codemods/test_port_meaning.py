@@ -245,3 +245,18 @@ def test_a_class_with_its_own_cuda_method_is_reported():
         """)
     own = [f for f in findings if not f.fixed]
     assert [(f.code, f.line) for f in own] == [("TPU101", 4)] and "its own cuda()" in own[0].message
+
+
+def test_a_device_type_list_extended_with_the_privateuse1_backend_is_not_reported():
+    """A list of device types without 'tpu' is reported (TPU109), unless its function appends the PrivateUse1
+    backend's name, which is 'tpu' under TorchTPU (timm's and torch.optim's capturable-device lists)."""
+    _, findings = port("""
+        import torch
+        def capturable():
+            devices = ["cuda", "xpu", "hpu"]
+            devices.append(torch._C._get_privateuse1_backend_name())
+            return devices
+        def plain():
+            return ["cuda", "xpu"]
+        """)
+    assert [(f.code, f.line) for f in findings] == [("TPU109", 8)], findings

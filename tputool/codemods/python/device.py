@@ -398,6 +398,15 @@ def lookup_default(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) ->
     return upd.with_changes(args=args)
 
 
+def _adds_privateuse1(t: PortBase, orig: cst.CSTNode) -> bool:
+    """Whether the function holding `orig` also names the PrivateUse1 backend (`torch._C._get_privateuse1_backend_name()`:
+    'tpu' under TorchTPU), as torch.optim's and timm's lists of capturable devices append it to theirs."""
+    cur = t.parent(orig)
+    while cur is not None and not isinstance(cur, cst.FunctionDef | cst.Module):
+        cur = t.parent(cur)
+    return cur is not None and "_get_privateuse1_backend_name" in t.whole_code(cur)
+
+
 def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple | cst.Set, upd: cst.List | cst.Tuple | cst.Set) -> cst.BaseExpression:
     """TPU108: 'cuda:N' strings (an explicit device index) as elements of a tuple or list, e.g. `("cuda:0",) + args`."""
     parent = t.parent(orig)
@@ -408,7 +417,8 @@ def sequence_devices(t: PortBase, orig: cst.List | cst.Tuple | cst.Set, upd: cst
     hits = [j for j, e in enumerate(elems) if (literal(e.value) or "").startswith("cuda:") and is_cuda_device(e.value)]
     if not hits:
         kinds = [literal(e.value) for e in elems]
-        if len(kinds) > 1 and "cuda" in kinds and "tpu" not in kinds and all(k in DEVICE_TYPES for k in kinds):
+        if len(kinds) > 1 and "cuda" in kinds and "tpu" not in kinds and all(k in DEVICE_TYPES for k in kinds) \
+                and not _adds_privateuse1(t, orig):
             t.fire("TPU109", orig, fixable=False,
                    message="a list of device types names 'cuda' but not 'tpu': add 'tpu' if what it lists holds on TPU")
         return upd
