@@ -33,6 +33,7 @@ def tputool(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name, extra", [("branch_mlp", ["--steps", "2"]), ("branch_batchnorm", ["--steps", "2"]),
+                                         ("init_on_device", ["--steps", "2"]),
                                          ("matmul_mlp", []), ("dropout_mlp", []),
                                          ("autocast_mlp", ["--reference-fp32"])])
 def test_planted_departure_is_found_at_its_line_with_its_cause(name, extra):

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     record["loop"] = "steps" if recorder.optimizer_steps else "calls"
     record["matmul_precision"] = torch.get_float32_matmul_precision()
     record["entries"] = recorder.entries
+    record["early_draws"] = recorder.early_draws()
     record["replays"] = online.replays if online is not None else []
     record["replay_error"] = online.error if online is not None else None
     torch.save(record, ns.out)

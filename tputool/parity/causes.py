@@ -121,6 +121,15 @@ def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict,
     if first["kind"] == "in":
         if drawn is not None:
             return [from_draw(*drawn, slack)]
+        early = tpu_record.get("early_draws") or []
+        if early:  # (e.g. weights initialized after .to(device): the reference made those draws from CPU's stream)
+            e0, n = early[0], sum(x["count"] for x in early)
+            return [_cause("input-data", f"the input of {first['name']} differs before any layer ran: random ops "
+                           f"drew on tpu before the model's first call ({n} draws, the first {e0['op']} here); the "
+                           "reference makes them from CPU's stream, so what the script draws from that stream after "
+                           "them (a DataLoader's shuffle, data made on the host) differs too. As between CUDA and "
+                           "CPU: draw them before moving to the device, or compare from a saved reference",
+                           e0["file"], e0["line"])]
         return [_cause("input-data", f"the input of {first['name']} differs before any layer ran: data made on "
                        "the device (a random op draws another stream there) or a device-dependent branch in "
                        "the data code", first["file"], first["line"])]

@@ -176,6 +176,7 @@ class Recorder:
         self.calls: dict[tuple[int, str], int] = {}
         self.first_root: int | None = None
         self.perturb = False  # the sensitivity twin: change the model's weights by one rounding step (`perturb`)
+        self.early: dict[tuple[str, str, int], int] = {}  # (op, file, line) -> draws on the device before the model
         self.paused = False
         self.on_entry: list[Callable[[dict, torch.nn.Module, tuple, dict, Any], None]] = []
         # (entry, func, args, kwargs, the tensor drawn from) for each random op recorded outside modules
@@ -284,6 +285,21 @@ class Recorder:
         for fn in self.on_random:
             fn(entry, func, args, kwargs, src)
 
+    def drawn_early(self, op: str, out: Any) -> None:
+        """Count random op `op` called before the model's first call (weight initialization, data made up front)
+        when it drew on a device other than the CPU: those draws leave CPU's stream where the reference, which
+        makes them on CPU, does not (`early_draws`, named by parity's input-data cause)."""
+        t = first_tensor(out)
+        if t is None or t.device.type == "cpu":
+            return
+        site = call_site(2)
+        key = (op, site[0], site[1])
+        self.early[key] = self.early.get(key, 0) + 1
+
+    def early_draws(self) -> list[dict]:
+        """The random ops drawn on the device before the model's first call, in first-call order."""
+        return [{"op": op, "file": f, "line": ln, "count": n} for (op, f, ln), n in self.early.items()]
+
     def _grads(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.optimizer_steps == 0 and self.step > 0:
             self._renumber()
@@ -325,7 +341,7 @@ class RandomWatch(TorchFunctionMode):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         rec = self.recorder
-        if rec.stack or rec.paused or rec.first_root is None or os.getpid() != self.pid:
+        if rec.stack or rec.paused or os.getpid() != self.pid:
             return out
         try:
             op = self._ops.get(func, "")
@@ -335,5 +351,8 @@ class RandomWatch(TorchFunctionMode):
         except TypeError:  # an unhashable callable: not one of torch's random functions
             return out
         if op is not None:
-            rec.drawn(op, func, args, kwargs, out)
+            if rec.first_root is not None:
+                rec.drawn(op, func, args, kwargs, out)
+            else:
+                rec.drawn_early(op, out)
         return out
