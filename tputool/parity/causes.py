@@ -128,7 +128,7 @@ def name_causes(first: dict, ref: dict, replays: list[dict], tpu_record: dict,
                            f"drew on tpu before the model's first call ({n} draws, the first {e0['op']} here); the "
                            "reference makes them from CPU's stream, so what the script draws from that stream after "
                            "them (a DataLoader's shuffle, data made on the host) differs too. As between CUDA and "
-                           "CPU: draw them before moving to the device, or compare from a saved reference",
+                           "CPU: draw them before moving to the device to compare the runs",
                            e0["file"], e0["line"])]
         return [_cause("input-data", f"the input of {first['name']} differs before any layer ran: data made on "
                        "the device (a random op draws another stream there) or a device-dependent branch in "
