@@ -944,7 +944,7 @@ class FuseMode(TorchDispatchMode):
             if TRACE.churned:  # (its shapes keep changing here: it runs alone, the trace before it is kept whole)
                 TRACE.rollback(mark)
                 if _has_lazy(args, kwargs):
-                    TRACE.flush(f"{func} (its shapes keep changing here: run alone)")
+                    TRACE.flush(f"{func} (its shapes or constant arguments keep changing here: run alone)")
                 TRACE.churn_left -= 1  # (after the flush of the prefix, which refills the budget)
                 TRACE.churn_ran = True
                 return func(*args, **kwargs)
