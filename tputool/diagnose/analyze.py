@@ -289,13 +289,19 @@ def _events(rec: RunRecord, steps: int) -> list[Finding]:
     return out
 
 
+def _compile_site(e: dict) -> tuple[str, int]:
+    """The user location a compile event is grouped by. Generated code (FX graphs run eagerly:
+    "<eval_with_key>.N") and the autograd thread ("<unknown>") have no line of the user's: one group for all."""
+    return (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+
+
 def _late_compile_iters(rec: RunRecord) -> dict[tuple[str, int], set[int] | None]:
     """Per user location, the iterations of the second half in which it compiled (None: a record without them)."""
     out: dict[tuple[str, int], set[int] | None] = {}
     for e in rec.events:
         if e["kind"] != "compile" or not e.get("late"):
             continue
-        where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+        where = _compile_site(e)
         iters = e.get("late_iters")
         if iters is None or (where in out and out[where] is None):
             out[where] = None
@@ -316,9 +322,7 @@ def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str
     for e in rec.events:
         if e["kind"] != "compile":
             continue
-        # Generated code (FX graphs run eagerly: "<eval_with_key>.N") and the autograd thread
-        # ("<unknown>") have no line of the user's: one group for all of them.
-        where = (e["file"], e["line"]) if not e["file"].startswith("<") else ("<generated code>", 0)
+        where = _compile_site(e)
         first, last = e.get("first_step"), e.get("last_step")
         iters = span.setdefault(where, set())
         iters.update((-1, -2) if first is None or last is None else (first, last))  # unknown: assume spread
