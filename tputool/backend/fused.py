@@ -70,8 +70,6 @@ PASSTHROUGH = {aten.empty.memory_format, aten.empty_strided.default, aten.detach
                aten.lift_fresh.default}
 """Ops that only make or relabel tensors: run as usual even on lazy tensors."""
 
-NOT_VIEWS = {aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default}
-
 SYNC_REASONS = {
     aten._local_scalar_dense.default: ".item() / bool() / a Python number from a tensor",
     aten._to_copy.default: "copy to another device (.cpu(), .to())",
@@ -81,7 +79,6 @@ SYNC_REASONS = {
     aten.masked_select.default: "data-dependent shape (masked_select)",
 }
 """Flush reasons for the usual sync points; other flushes name the op that needed concrete data."""
-"""Ops whose schema says 'alias' but whose tpu kernel reads data."""
 
 
 class Lazy:
@@ -252,6 +249,8 @@ class Trace:
                 return ("n", base.node, base.index) if base.value is None else self._ext(base.value)
         elif type(base) is tt.Uninit:
             base = self.zeros_for(st)
+        elif type(base) is tt.Reinterpreted:  # (a dtype view: the buffer it views, read as its dtype)
+            return self._reinterpreted_ref(t, base)
         size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
         whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
         if whole and tuple(base.shape) == size:
@@ -266,6 +265,19 @@ class Trace:
         else:
             fn, key = _read_fn(size, tuple(stride), off), ("read", size, tuple(stride), off)
         (out,) = self.add(fn, key, ((ref,),), [KIND_T], {}, {}, (size, base.dtype))
+        return ("n", out.node, out.index)
+
+    def _reinterpreted_ref(self, t: torch.Tensor, r: tt.Reinterpreted) -> tuple:
+        """`storage_ref` of a dtype view (`view(dtype)`, `view_as_real`, ...): the viewed buffer's bytes as t's dtype,
+        read through t's view."""
+        pst = r.parent
+        pb = pst._tpu
+        if type(pb) is tt.Uninit:
+            pb = self.zeros_for(pst)
+        size, stride, off = tuple(t.shape), tuple(t.stride()), t.storage_offset()
+        name = np.dtype(r.dtype).name
+        (out,) = self.add(_reinterpret_read_fn(name, size, stride, off), ("reinterpret", name, size, stride, off),
+                          ((self._ref(pb),),), [KIND_T], {}, {}, (size, r.dtype))
         return ("n", out.node, out.index)
 
     def zeros_for(self, st: Any) -> Lazy:
@@ -617,6 +629,13 @@ def _zeros_fn(shape: tuple, dtype: np.dtype) -> Callable:
 
 
 @functools.cache
+def _reinterpret_read_fn(dtype: str, size: tuple, stride: tuple, off: int) -> Callable:
+    from tputool.backend.views import reinterpret, strided_read
+
+    return _named(lambda base: strided_read(reinterpret(base.reshape(-1), dtype), size, stride, off), "reinterpret")
+
+
+@functools.cache
 def _reshape_fn(size: tuple) -> Callable:
     return _named(lambda x: x.reshape(size), "reshape")
 
@@ -781,9 +800,12 @@ def _tensors(args: tuple, kwargs: dict) -> list:
 
 def _has_lazy(args: Any, kwargs: dict) -> bool:
     for x in _tensors(args, kwargs):
-        if isinstance(x, torch.Tensor) and x.device.type == "tpu" and isinstance(
-                getattr(x.untyped_storage(), "_tpu", None), Lazy):
-            return True
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            base = getattr(x.untyped_storage(), "_tpu", None)
+            if type(base) is tt.Reinterpreted:  # (a dtype view: pending where the buffer it views is)
+                base = base.parent._tpu
+            if isinstance(base, Lazy):
+                return True
     return False
 
 
@@ -808,7 +830,7 @@ def _on_tpu(device: Any) -> bool:
 
 def _is_view(op: torch._ops.OpOverload) -> bool:
     rets = op._schema.returns
-    return bool(rets) and op not in NOT_VIEWS and all(
+    return bool(rets) and all(
         r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
 
@@ -1011,6 +1033,13 @@ class ViewBits(RunEagerly):
     reason = "a conjugate or negative view"
 
 
+class DtypeView(RunEagerly):
+    """Raised while recording an op that reads or writes a dtype view (`tensor.Reinterpreted`): it runs as in
+    Strict mode, which reads and writes the viewed buffer (computing it first where it is pending)."""
+
+    reason = "a dtype view (view(dtype), view_as_real, view_as_complex)"
+
+
 KIND_T, KIND_L, KIND_S, KIND_D, KIND_DL = ("T",), ("L",), ("s",), ("d",), ("D",)
 """Argument kinds of a recorded node: tensor ref, list of refs, static value, number input, number-list inputs."""
 _NUMBERS = (int, float, bool)
@@ -1149,6 +1178,8 @@ def _new_tensor(lz: Lazy) -> torch.Tensor:
 def _write(t: torch.Tensor, value: Lazy) -> None:
     st = t.untyped_storage()
     base = st._tpu
+    if type(base) is tt.Reinterpreted:
+        raise DtypeView
     size, stride, off = tuple(t.shape), t.stride(), t.storage_offset()
     whole = off == 0 and t.is_contiguous() and math.prod(size) == math.prod(base.shape)
     if type(base) is tt.Uninit and not whole:  # (a whole write needs none of the old value)

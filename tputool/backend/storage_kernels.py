@@ -16,7 +16,7 @@ from tputool.backend.dispatch import LoweredOp, Signature
 from tputool.backend.lowerings import Lowering, linalg
 from tputool.backend.op_plan import KERNELS
 from tputool.backend.runtime import STATE as _state
-from tputool.backend.views import contiguous_strides
+from tputool.backend.views import contiguous_strides, reinterpret
 
 aten = torch.ops.aten
 
@@ -311,57 +311,36 @@ def unfold(self, dimension, size, step):
     return tt.alias(self, new_shape, new_stride)
 
 
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with `t`'s dtype and geometry (size, stride, storage offset): PyTorch's own view kernels run
+    on it to give a view's geometry, with PyTorch's checks and errors."""
+    span = t.storage_offset() + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+                                 if t.numel() else 0)
+    m = torch.empty(max(span, 1), dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), t.storage_offset())
+    return m
+
+
+def _dtype_view(t: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """The tpu view of `t` whose dtype and geometry are meta tensor `view`'s (one buffer, as in PyTorch)."""
+    return tt.dtype_alias(t, view.dtype, tuple(view.shape), view.stride(), view.storage_offset())
+
+
 @_kernel(aten.view.dtype)
 def view_dtype(self, dtype):
-    # A bit-level reinterpretation copy: not an alias (documented limitation of the bundled backend).
-    v = tt.to_jax(self)
-    want = dtypes.to_np(dtype)
-    events.launches += 1 if v.dtype.itemsize == want.itemsize else 2  # (the bitcast, and a reshape)
-    if v.dtype.itemsize == want.itemsize:
-        return tt.from_jax(jax.lax.bitcast_convert_type(v, want))
-    if v.dtype.itemsize > want.itemsize:
-        r = jax.lax.bitcast_convert_type(v, want)
-        return tt.from_jax(r.reshape(*v.shape[:-1], -1))
-    k = want.itemsize // v.dtype.itemsize
-    r = v.reshape(*v.shape[:-1], v.shape[-1] // k, k)
-    return tt.from_jax(jax.lax.bitcast_convert_type(r, want))
-
-
-def _as_real(v: jax.Array) -> jax.Array:
-    return jax.numpy.stack([v.real, v.imag], axis=-1)
-
-
-def _as_complex(v: jax.Array) -> jax.Array:
-    return jax.lax.complex(v[..., 0], v[..., 1])
+    return _dtype_view(self, aten.view.dtype(_meta_like(self), dtype))
 
 
 @_kernel(aten.view_as_real.default)
 def view_as_real(self):
-    # As view.dtype: a copy, not an alias (what the CPU fallback gave too, through the host).
     if self.is_conj():
         raise RuntimeError("view_as_real doesn't work on unresolved conjugated tensors.  To resolve the conjugate "
                            "tensor so you can view it as real, use self.resolve_conj()")
-    if not self.is_complex():
-        raise RuntimeError(f"view_as_real is only supported for complex tensors, got {self.dtype}")
-    events.launches += 1
-    return tt.from_jax(_jitted(_as_real)(tt.to_jax(self)))
+    return _dtype_view(self, aten.view_as_real.default(_meta_like(self)))
 
 
 @_kernel(aten.view_as_complex.default)
 def view_as_complex(self):
-    # As view.dtype: a copy, not an alias.
-    if self.dtype not in (torch.float32, torch.float64):
-        raise RuntimeError(f"view_as_complex is only supported for float and double tensors, but got a tensor of "
-                           f"scalar type: {str(self.dtype).removeprefix('torch.').capitalize()}")
-    if self.dim() == 0 or self.shape[-1] != 2:
-        raise RuntimeError("Tensor must have a last dimension of size 2")
-    events.launches += 1
-    return tt.from_jax(_jitted(_as_complex)(tt.to_jax(self)))
-
-
-@functools.cache
-def _jitted(fn):
-    return jax.jit(fn)
+    return _dtype_view(self, aten.view_as_complex.default(_meta_like(self)))
 
 
 @_kernel(aten.set_.source_Storage_storage_offset)
@@ -373,10 +352,8 @@ def set_storage(self, source, storage_offset, size, stride=()):
     elif type(source._tpu) is not tt.Uninit and source._tpu.dtype != want and source._tpu.dtype == jax.numpy.uint8:
         # raw bytes (a storage restored by torch.load(map_location="tpu")): reinterpret as this dtype
         raw = source._tpu.reshape(-1)
-        k = want.itemsize
-        raw = raw[: raw.shape[0] // k * k]
-        source._tpu = (raw != 0) if want == jax.numpy.bool_ else jax.lax.bitcast_convert_type(
-            raw.reshape(-1, k) if k > 1 else raw, want)
+        raw = raw[: raw.shape[0] // want.itemsize * want.itemsize]
+        source._tpu = reinterpret(raw, want)
     stride = stride or contiguous_strides(size)
     aten.set_.source_Storage_storage_offset.redispatch(_META_KS, self, source, storage_offset, size, stride)
     return self
@@ -404,7 +381,7 @@ def set_empty(self):
 # Ops registered directly with torch.library (cheaper than the boxed fallback; and for structured ops such as
 # _linalg_det, the only way their functional form reaches the device: else PyTorch calls the out= form); the
 # rest of KERNELS is reached through the fallback.
-HOT = (aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
+HOT = (aten.view.dtype, aten.index.Tensor, aten.index_put_.default, aten._index_put_impl_.default, aten.empty.memory_format, aten.empty_strided.default, aten.copy_.default, aten._copy_from.default,
        aten._to_copy.default, aten.as_strided.default, aten.as_strided_.default, aten.view.default, aten._reshape_alias.default,
        aten._local_scalar_dense.default, aten.resize_.default, aten._linalg_det.default, aten._linalg_slogdet.default)
 

@@ -85,6 +85,38 @@ class Uninit:
         return math.prod(self.shape)
 
 
+class Reinterpreted:
+    """The buffer of a dtype view (`view(dtype)`, `view_as_real`, `view_as_complex`): another storage's buffer
+    seen as `dtype`, flat. Reads and writes go through to that storage, so a view and what it views stay one
+    buffer as in PyTorch (`c.real.mul_(2)` changes `c`). Its `shape` is None, never a tensor's: the inline
+    paths that return a storage's buffer whole fall through to `to_jax` and `write`, which see through it."""
+
+    __slots__ = ("parent", "dtype")
+    shape = None
+
+    def __init__(self, parent, dtype: np.dtype) -> None:
+        self.parent, self.dtype = parent, dtype
+
+    def read(self) -> jax.Array:
+        """The parent's buffer as a flat array of this dtype (a pending Fused value is computed first)."""
+        base = self.parent._tpu
+        if hasattr(base, "force"):  # (a Fused mode `Lazy`)
+            base = self.parent._tpu = base.force("dtype view")
+        elif type(base) is Uninit:
+            base = _base(self.parent)
+        events.launches += 1
+        return views.reinterpret(base.reshape(-1), self.dtype)
+
+    def store(self, flat: jax.Array) -> None:
+        """Make `flat` (this dtype) the parent's buffer, in the parent's own dtype and shape."""
+        base = self.parent._tpu
+        if hasattr(base, "force"):
+            base = base.force("dtype view")
+        events.launches += 1
+        self.parent._tpu = new = views.reinterpret(flat, np.dtype(base.dtype)).reshape(base.shape)
+        track(new)
+
+
 def _base(storage) -> jax.Array:
     base = storage._tpu
     if type(base) is Uninit:
@@ -129,6 +161,23 @@ def alias(t: torch.Tensor, size, stride, offset: int | None = None) -> torch.Ten
     return v
 
 
+def dtype_alias(t: torch.Tensor, dtype: torch.dtype, size, stride, offset: int) -> torch.Tensor:
+    """A view of `t`'s buffer as `dtype`, seen through (size, stride, offset) in `dtype`'s elements: a tensor on
+    the buffer's own storage where that storage holds `dtype`, else on a storage of its own whose buffer is
+    `Reinterpreted` (PyTorch's `view(dtype)` keeps one storage; the buffers here hold one dtype each)."""
+    st = t.untyped_storage()
+    base = st._tpu
+    parent = base.parent if type(base) is Reinterpreted else st
+    v = _create((0,), dtype)
+    if np.dtype(parent._tpu.dtype) == dtypes.to_np(dtype):
+        _set_storage_meta(_META_KS, v, parent, offset, size, stride)
+        return v
+    own = v.untyped_storage()
+    own._tpu = Reinterpreted(parent, dtypes.to_np(dtype))
+    _set_storage_meta(_META_KS, v, own, offset, size, stride)
+    return v
+
+
 def has_data(t: torch.Tensor) -> bool:
     """True for a tpu tensor made by this backend (not a fake/meta tensor on the tpu device)."""
     return hasattr(t.untyped_storage(), "_tpu")
@@ -143,6 +192,8 @@ def to_jax(t: torch.Tensor) -> jax.Array:
         return base
     if type(base) is Uninit:
         base = _base(st)
+    elif type(base) is Reinterpreted:
+        base = base.read()
     size, stride, off = tuple(shape), t.stride(), t.storage_offset()
     events.launches += 1  # (a reshape of a whole buffer, or a view's read kernel)
     if off == 0 and math.prod(size) == base.size and views.is_contiguous(size, stride):
@@ -156,6 +207,11 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     base = st._tpu
     off = t.storage_offset()
     size = tuple(t.shape)
+    if type(base) is Reinterpreted:  # (a dtype view: written into the buffer it views)
+        flat = base.read()
+        base.store(views.write(flat, value, size, t.stride(), off) if off or not t.is_contiguous()
+                   or math.prod(size) != flat.size else value.reshape(-1))
+        return
     if off == 0 and t.is_contiguous():
         if value.shape == base.shape:  # the whole buffer, same shape (what compiled graphs write back)
             st._tpu = value

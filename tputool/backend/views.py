@@ -180,3 +180,36 @@ def _writer(base_shape: tuple, size: tuple, stride: tuple):
 def _writer_at(base_shape: tuple, size: tuple, stride: tuple):
     return jax.jit(lambda base, value, offset: strided_write_at(base.reshape(-1), value, size, stride,
                                                                 offset).reshape(base_shape))
+
+
+# ---- dtype views: one buffer seen as another dtype ------------------------------------------------
+
+def _as_bits(flat: jax.Array) -> jax.Array:
+    """A flat buffer as a flat buffer `bitcast_convert_type` takes: complex as its (real, imag) pairs, bool as bytes."""
+    if jnp.issubdtype(flat.dtype, jnp.complexfloating):
+        return jnp.stack([flat.real, flat.imag], axis=-1).reshape(-1)
+    if flat.dtype == jnp.bool_:
+        return flat.astype(jnp.uint8)
+    return flat
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def reinterpret(flat: jax.Array, dtype) -> jax.Array:
+    """The bytes of 1-D buffer `flat` as a 1-D buffer of `dtype` (PyTorch's `view(dtype)`: no value converted)."""
+    dtype = jnp.dtype(dtype)
+    if flat.dtype == dtype:
+        return flat
+    bits = _as_bits(flat)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = jnp.dtype(jnp.float32 if dtype == jnp.complex64 else jnp.float64)
+        pairs = reinterpret(bits, part).reshape(-1, 2)
+        return lax.complex(pairs[:, 0], pairs[:, 1])
+    target = jnp.dtype(jnp.uint8) if dtype == jnp.bool_ else dtype
+    src = bits.dtype.itemsize
+    if src == target.itemsize:
+        out = lax.bitcast_convert_type(bits, target)
+    elif src > target.itemsize:
+        out = lax.bitcast_convert_type(bits, target).reshape(-1)
+    else:
+        out = lax.bitcast_convert_type(bits.reshape(-1, target.itemsize // src), target)
+    return out != 0 if dtype == jnp.bool_ else out
