@@ -32,7 +32,18 @@ from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor as _FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from tputool.backend import asserts, cache, events, executables, fused_disk, memory, op_plan, rng, runtime
+from tputool.backend import (
+    asserts,
+    cache,
+    events,
+    executables,
+    fused_cut,
+    fused_disk,
+    memory,
+    op_plan,
+    rng,
+    runtime,
+)
 from tputool.backend import tensor as tt
 from tputool.backend.graph import persistent_cache
 from tputool.backend.lowerings import on_change as _on_lowerings_change
@@ -44,7 +55,8 @@ META_SHAPES = True
 """A new trace's op nodes take their output shapes from PyTorch's meta kernels (False: abstract evaluation of
 each lowering, ~1 ms per new node)."""
 MAX_NODES = 4000
-"""A trace longer than this is flushed (reason "size") to bound compile times."""
+"""A trace longer than this is flushed (reason "size") to bound compile times; a loop that grows one is cut at
+the step it repeats from then on (`fused_cut`)."""
 CHURN_SEEN = 2
 """An op recorded with new shapes where the same op already had this many other ones (at the same place in a
 trace: after the same recorded prefix) runs alone instead, after a flush of the prefix, and the trace goes on
@@ -151,6 +163,7 @@ class Trace:
         self.churn_fails = 0  # traces in a row whose ops run alone saved no compile
         self.churn_ran = False  # an op ran alone since the last flush
         self.churn_tried = False  # the last flush after ops run alone compiled a new program
+        self.cutter = fused_cut.Cutter(MAX_NODES)  # where a trace growing without a sync point is cut
         self.reset()
 
     def reset(self) -> None:
@@ -172,6 +185,7 @@ class Trace:
         self.rng_undo: list[tuple[Any, int]] = []  # (random stream, its counter before a recorded draw)
         self.checks: list[tuple[int, str, str]] = []  # (node, op, user's file:line) of each checked op recorded
         self.churned = False  # an op being recorded met shapes that keep changing at its place (CHURN_SEEN)
+        self.limit = self.cutter.limit()  # the trace length at which `at_limit` is asked (after an op)
 
     def _pause_gc(self) -> None:
         # While a trace records, the cyclic collector only moves its nodes and pending values (which die
@@ -442,6 +456,7 @@ class Trace:
             if type(lz) is Lazy and lz.trace is self and lz.value is not None:
                 st._tpu = lz.value
         events.record("flush", reason)
+        self.cutter.flushed([node[0] for node in self.nodes], reason)
         self.reset()
 
 
@@ -458,6 +473,17 @@ class Trace:
             return fn
         return _Kept(fn, tkey)
 
+    def at_limit(self) -> None:
+        """The trace reached `limit` nodes (at an op boundary): flush it where it is too long or ends a repeated
+        step (`fused_cut`), else note where to ask again."""
+        n = len(self.nodes)
+        if n > self.cutter.max_nodes:
+            self.flush("size")
+        elif self.cutter.due([node[0] for node in self.nodes]):
+            self.flush(fused_cut.REASON)
+        else:
+            self.limit = self.cutter.limit(n)
+
     def _lose(self, why: str) -> None:
         """Drop the trace after its computation failed: storages waiting for its results hold `Lost`."""
         lost = Lost(why)
@@ -466,6 +492,7 @@ class Trace:
             lz = getattr(st, "_tpu", None) if st is not None else None
             if type(lz) is Lazy and lz.trace is self and lz.value is None:
                 st._tpu = lost
+        self.cutter.broken()
         self.reset()
 
 
@@ -971,8 +998,8 @@ class FuseMode(TorchDispatchMode):
                 TRACE.churn_ran = True
                 return func(*args, **kwargs)
             del TRACE.undo[mark[4]:], TRACE.rng_undo[mark[7]:]  # recorded: nothing to roll back (old values freed)
-            if len(TRACE.nodes) > MAX_NODES:
-                TRACE.flush("size")
+            if len(TRACE.nodes) >= TRACE.limit:
+                TRACE.at_limit()
             return handled
         TRACE.churned = False  # (a read recorded for an op that is not: the op below decides by its own nodes)
         decomp = f.decomposition

@@ -333,7 +333,7 @@ def _late_compile_groups(rec: RunRecord) -> tuple[dict[tuple[str, int], dict[str
     return {where: g for where, g in groups.items() if len(span[where]) >= 2}, once
 
 
-DESIGNED_FLUSHES = frozenset({"optimizer step", "compiled graph input", "generate() stop check"})
+DESIGNED_FLUSHES = frozenset({"optimizer step", "compiled graph input", "generate() stop check", "repeated step"})
 """Fused flush reasons that are the mode's own boundaries, not causes to remove (so no TPU806): every
 `optimizer.step()` ends the step's program, a torch.compile'd graph's inputs are computed before it runs, and
 `generate()` reads whether to stop after every token (`backend/hf_decode.STOP_CHECK`, also that read's
