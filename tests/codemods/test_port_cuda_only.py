@@ -289,6 +289,18 @@ def test_a_float64_schedule_computed_at_init_and_stored_as_float32_is_not_report
     assert "TPU307" in codes(findings)
 
 
+def test_double_of_a_tensor_moved_to_the_host_is_not_reported():
+    _, findings = port("""
+        import torch
+        x = torch.ones(2, device="cuda")
+        total = x.cpu().double().sum()
+        exact = x.detach().to("cpu").sum().double()
+        kept = x.double()
+        back = x.cpu().to("cuda").double()
+        """)
+    assert [(f.code, f.line) for f in findings if f.code == "TPU307"] == [("TPU307", 6), ("TPU307", 7)]
+
+
 def test_dtype_tables_are_not_reported_but_a_chosen_dtype_is():
     _, findings = port("""
         import torch

@@ -35,6 +35,15 @@ def test_clean_fixture_has_no_warning_or_error(device):
     assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
 
 
+def test_float64_kept_on_the_host_is_no_tpu_problem(monkeypatch):
+    """numpy's float64 data made float32 before it moves, and a float64 sum of the losses on the host: nothing of it
+    is on the TPU (before: two TPU804 warnings, at from_numpy and at .double())."""
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    report = diagnose(str(FIXTURES / "clean_float64_host.py"))  # static analysis included: .cpu().double() is host
+    assert report.status == "ok" and report.steps == 4
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == []
+
+
 def test_clean_inference_script_reading_once_after_the_loop_has_no_warning(device):
     """A line after the loop runs (and compiles) once: its late compiles are its warm-up, not TPU808."""
     report = diagnose(str(FIXTURES / "clean_infer.py"), include_static=False)

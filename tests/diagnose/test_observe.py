@@ -86,8 +86,9 @@ def test_dtypes_dynamic_shapes_and_mxu_shapes():
     finally:
         undo()
     rec = obs.to_record()
-    assert {(d["dtype"], d["op"], d["line"]) for d in rec["dtypes"]} == {
-        ("float64", "double", l_double), ("float64", "from_numpy", l_numpy), ("float16", "zeros", l_half)}
+    assert {(d["dtype"], d["op"], d["line"], d["device"]) for d in rec["dtypes"]} == {
+        ("float64", "double", l_double, "cpu"), ("float64", "from_numpy", l_numpy, "cpu"),
+        ("float16", "zeros", l_half, "cpu")}
     assert {(d["op"], d["line"]) for d in rec["dynamic_shapes"]} == {
         ("nonzero", l_nonzero), ("boolean-mask indexing", l_mask)}
     shapes = {(s["op"], s["line"]): s["dims"] for s in rec["shapes"]}

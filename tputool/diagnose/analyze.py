@@ -110,9 +110,14 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
 
 def _dtypes(rec: RunRecord, steps: int) -> list[Finding]:
     out = []
+    device_run = any(d not in ("cpu", "meta") for d in rec.devices)
     for d in rec.dtypes:
+        if device_run and d.get("device", "cpu") == "cpu":
+            continue  # (float64 kept on the host costs the TPU nothing: it counts where it moves to the device)
         code = "TPU804" if d["dtype"] == "float64" else "TPU805"
-        out.append(_finding(code, d["file"], d["line"], f"{d['op']} creates {d['dtype']} tensors ({d['count']} times)",
+        what = (f"moves {d['dtype']} tensors to the device" if d["op"] == "to" and d.get("device", "cpu") != "cpu"
+                else f"creates {d['dtype']} tensors")
+        out.append(_finding(code, d["file"], d["line"], f"{d['op']} {what} ({d['count']} times)",
                             count=d["count"], steps=steps, op=d["op"]))
     for d in rec.dynamic_shapes:
         repeated = d["count"] >= 2 and (steps < 2 or d["count"] >= EVERY_STEP_FRACTION * steps)

@@ -136,13 +136,15 @@ def _device_type(t: Any) -> str:
     return t.device.type if isinstance(t, _T) else "?"
 
 
-def _has_dtype(args: tuple, kwargs: dict, dtype: torch.dtype) -> bool:
+def _has_dtype(args: tuple, kwargs: dict, dtype: torch.dtype, device: str) -> bool:
+    """Whether a tensor argument already has `dtype` on a `device` device (then the output is not where that
+    dtype was made or entered the device)."""
     for a in (*args, *kwargs.values()):
         if isinstance(a, _T):
-            if a.dtype == dtype:
+            if a.dtype == dtype and a.device.type == device:
                 return True
         elif isinstance(a, list | tuple):
-            if any(isinstance(x, _T) and x.dtype == dtype for x in a):
+            if any(isinstance(x, _T) and x.dtype == dtype and x.device.type == device for x in a):
                 return True
     return False
 
@@ -168,7 +170,7 @@ class Observer(TorchFunctionMode):
         self.steps = steps
         # (kind, file, line, device, called directly by user code) -> [count, distinct steps, last step]
         self.syncs: dict[tuple[str, str, int, str, bool], list[int]] = {}
-        self.dtypes: dict[tuple[str, str, str, int], int] = {}  # (dtype, op, file, line) -> n
+        self.dtypes: dict[tuple[str, str, str, int, str], int] = {}  # (dtype, op, file, line, device) -> n
         self.dynamic: dict[tuple[str, str, int], int] = {}  # (op, file, line) -> n
         self.shapes: dict[tuple[str, str, int, str], int] = {}  # (op, file, line, dims json) -> n
         self.devices: set[str] = set()
@@ -198,8 +200,8 @@ class Observer(TorchFunctionMode):
             if func is _T.to or "device" in kwargs:
                 self.devices.add(out.device.type)
             name = _WATCHED_DTYPES.get(out.dtype)
-            if name is not None and not _has_dtype(args, kwargs, out.dtype):
-                self._dtype(name, func)
+            if name is not None and not _has_dtype(args, kwargs, out.dtype, out.device.type):
+                self._dtype(name, func, out.device.type)  # (made here, or moved here to another device)
         return out
 
     def _sync(self, kind: str, args: tuple) -> None:
@@ -249,10 +251,10 @@ class Observer(TorchFunctionMode):
             key = (op, loc[0], loc[1], ",".join(f"{d}={v}" for d, v in dims.items()))
             self.shapes[key] = self.shapes.get(key, 0) + 1
 
-    def _dtype(self, name: str, func: Any) -> None:
+    def _dtype(self, name: str, func: Any, device: str) -> None:
         loc = self.frames.location(2) if self._origin(sys._getframe(2)) != "tputool" else None
         if loc is not None:
-            key = (name, getattr(func, "__name__", str(func)), *loc)
+            key = (name, getattr(func, "__name__", str(func)), *loc, device)
             self.dtypes[key] = self.dtypes.get(key, 0) + 1
 
     def to_record(self) -> dict:
@@ -263,8 +265,8 @@ class Observer(TorchFunctionMode):
             "host_syncs": [{"kind": k, "file": f, "line": ln, "device": d, "direct": direct, "count": n,
                             "steps_seen": s - (last == end and s > 1)}
                            for (k, f, ln, d, direct), (n, s, last) in self.syncs.items()],
-            "dtypes": [{"dtype": d, "op": op, "file": f, "line": ln, "count": n}
-                       for (d, op, f, ln), n in self.dtypes.items()],
+            "dtypes": [{"dtype": d, "op": op, "file": f, "line": ln, "device": dev, "count": n}
+                       for (d, op, f, ln, dev), n in self.dtypes.items()],
             "dynamic_shapes": [{"op": op, "file": f, "line": ln, "count": n}
                                for (op, f, ln), n in self.dynamic.items()],
             "shapes": [{"op": op, "file": f, "line": ln, "dims": dict(_parse_dims(dims)), "count": n}
@@ -295,7 +297,7 @@ def wrap_from_numpy(frames: UserFrames, observer: Observer) -> Callable[[], None
         if name is not None:
             loc = frames.location(1)
             if loc is not None:
-                key = (name, "from_numpy", *loc)
+                key = (name, "from_numpy", *loc, "cpu")
                 observer.dtypes[key] = observer.dtypes.get(key, 0) + 1
         return out
 

@@ -174,6 +174,20 @@ def decorator(t: PortBase, orig: cst.Decorator, upd: cst.Decorator) -> cst.Decor
     return upd
 
 
+def _moved_to_host(expr: cst.BaseExpression) -> bool:
+    """Whether a method chain's last device move is to the host (`x.cpu().double()`, `x.to("cpu").sum()`): a float64
+    made from it stays on the CPU."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        name = expr.func.attr.value
+        if name == "cpu":
+            return True
+        if name in ("to", "cuda", "tpu"):
+            first = expr.args[0].value if expr.args else None
+            return isinstance(first, cst.SimpleString) and first.evaluated_value == "cpu"
+        expr = expr.func.value
+    return False
+
+
 def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) -> cst.BaseExpression:
     """TPU306 .half() (unsafe -> .bfloat16()), TPU307 .double(), TPU308 int64 sorts."""
     func = upd.func
@@ -188,7 +202,7 @@ def precision_methods(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None)
     elif name == "double" and not upd.args:
         from tputool.codemods.python.api import fp64_is_deliberate
 
-        if t.uses_accelerator and not fp64_is_deliberate(t, orig):
+        if t.uses_accelerator and not fp64_is_deliberate(t, orig) and not _moved_to_host(orig.func.value):
             t.fire("TPU307", orig)
     elif name in INT64_SORTS:
         recv = orig.func.value
