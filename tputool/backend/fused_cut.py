@@ -4,13 +4,13 @@ A loop that never reads a value back (a generation loop that keeps its tokens on
 micro-batches of gradient accumulation) gives Fused eager one trace that grows until `fused.MAX_NODES`, flushed
 there (reason "size") at whatever op the limit falls on: a program of thousands of ops (seconds of compile), and
 the next traces end at other ops, so a second call of the same loop compiles new programs again. At such a flush
-`Cutter` looks in the ops recorded lately for the step they repeat (the shortest sequence of lowerings that
-repeats over three quarters of the lowerings it keeps, so the layers of one long training step are not taken for
-a loop), and from then on a trace is flushed when it has recorded one
-more repetition of it (at least `MIN_CUT` nodes: several short steps make one cut), reason `REASON`: every
-repetition runs the same program, compiled once. A cut is made only where the last repetition recorded equals
-the one before it, lowering for lowering; where the loop changes, the repetition is looked for again in the
-traces that follow (`SEARCH_TRACES` of them), so a second call of the loop cuts at the same places.
+`Cutter` looks in the ops recorded lately for the step they repeat (the shortest sequence of lowerings, compared
+by identity, that repeats over three quarters of the lowerings it keeps, so the layers of one long training step
+are not taken for a loop), and from then on a trace is flushed when it has recorded one more repetition of it (at
+least `MIN_CUT` nodes: several short steps make one cut), reason `REASON`: every repetition runs the same program,
+compiled once. A cut is made only where the last repetition recorded equals the one before it, lowering for
+lowering; where the loop changes, the repetition is looked for again in the traces that follow (`SEARCH_TRACES`
+of them), so a second call of the loop cuts at the same places.
 
 Where a trace is cut changes which programs run, never what they compute: a flush may happen after any op.
 """
