@@ -108,3 +108,25 @@ def test_a_loop_without_sync_points_reuses_one_program_per_step(fused_small) -> 
     again = torch.stack(_decode(x.to("tpu"), w.to("tpu"), 240)).cpu()
     assert torch.equal(again, want)
     assert events.counts[("compile", "fused graph")] - compiled <= 2  # (its first and last traces only)
+
+
+def test_an_inference_loop_is_cut_before_the_node_limit_a_training_trace_is_not(fused_small, monkeypatch) -> None:
+    """Under torch.no_grad() the repetition is looked for at PROBES lengths: no trace of the loop reaches the limit.
+    With autograd recording (a forward whose layers repeat), only the limit's flush looks for one."""
+    from tputool.backend import fused_cut
+
+    monkeypatch.setattr(fused_cut, "PROBES", (100, 200))
+    monkeypatch.setattr(fused_cut, "MIN_CUT", 16)  # (two units of the loop's step fit before the first probe)
+    fused_small.TRACE.limit = fused_small.TRACE.cutter.limit()
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 16), torch.randn(16, 16)
+    with torch.no_grad():
+        got = torch.stack(_decode(x.to("tpu"), w.to("tpu"), 120)).cpu()
+    assert torch.equal(got, torch.stack(_decode(x, w, 120)))
+    flushes = {d: n for (k, d), n in events.counts.items() if k == "flush"}
+    assert "size" not in flushes and flushes.get(REASON, 0) >= 3
+    events.reset()
+    fused_small.TRACE.cutter.forget()
+    fused_small.TRACE.limit = fused_small.TRACE.cutter.limit()
+    _decode(x.to("tpu"), w.to("tpu").requires_grad_(), 120)[-1].cpu()
+    assert {d: n for (k, d), n in events.counts.items() if k == "flush"}.get("size", 0) >= 1

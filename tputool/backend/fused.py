@@ -479,7 +479,8 @@ class Trace:
         n = len(self.nodes)
         if n > self.cutter.max_nodes:
             self.flush("size")
-        elif self.cutter.due([node[0] for node in self.nodes]):
+        elif self.cutter.due([node[0] for node in self.nodes],
+                             probe=not torch.is_grad_enabled() and torch._C._current_graph_task_id() == -1):
             self.flush(fused_cut.REASON)
         else:
             self.limit = self.cutter.limit(n)

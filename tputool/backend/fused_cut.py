@@ -26,6 +26,10 @@ REASON = "repeated step"
 MIN_CUT = 128
 """The fewest nodes a cut trace holds: a step shorter than this is cut every few repetitions (a loop of one op
 is not one launch per op)."""
+PROBES = (1024, 2048)
+"""Trace lengths at which a trace recorded for inference (no autograd: `torch.no_grad()`, outside a backward) is
+searched for a repeated step before it reaches the node limit, so a decoding loop's first program is not one of
+thousands of ops. Training traces wait for the limit: the layers of a long forward would read as a loop."""
 SEARCH_TRACES = 2
 """Traces flushed for another reason, in a row, in which a repetition that stopped matching is looked for
 before it is forgotten."""
@@ -83,11 +87,15 @@ class Cutter:
             return min(rel, self.max_nodes + 1)
         if self.unit:
             return min(recorded + self.unit, self.max_nodes + 1)
-        return self.max_nodes + 1
+        return min([p for p in PROBES if p > recorded] + [self.max_nodes + 1])
 
-    def due(self, cur: list) -> bool:
-        """Whether the current trace (its lowerings `cur`, at an op boundary) ends a repetition now."""
-        n, q = len(cur), self.unit
+    def due(self, cur: list, probe: bool = False) -> bool:
+        """Whether the current trace (its lowerings `cur`, at an op boundary) ends a repetition now; with no
+        repetition known and `probe` (an inference trace at a `PROBES` length), it is looked for first."""
+        n = len(cur)
+        if not self.unit and probe and n <= self.max_nodes:
+            self._learn(cur)
+        q = self.unit
         if not q or n > self.max_nodes:
             return False
         if self.cut is not None:
@@ -141,8 +149,9 @@ class Cutter:
         elif reason == REASON:
             self.search_left = SEARCH_TRACES
 
-    def _learn(self) -> None:
-        window = self.hist[-self.keep:]
+    def _learn(self, cur: Sequence = ()) -> None:
+        """Look for the repeated step in the lowerings kept and `cur` (the current trace's, not yet kept)."""
+        window = (self.hist[-self.keep:] + list(cur))[-self.keep:]
         found = find_period(window, 3 * len(window) // 4)
         if found is None:
             self.forget()
@@ -153,10 +162,11 @@ class Cutter:
         if cover < 2 * q or q > self.max_nodes:
             self.forget()
             return
-        first = self.end - cover  # position of the repetition's first node (phase 0)
+        now = self.end + len(cur)  # (the position after the last lowering of the window)
+        first = now - cover  # position of the repetition's first node (phase 0)
         self.unit = q
         self.template = window[start: start + q]
-        self.cut = first + ((self.end - first) // q + 1) * q
+        self.cut = first + ((now - first) // q + 1) * q
         self.search_left = SEARCH_TRACES
 
     def forget(self) -> None:
