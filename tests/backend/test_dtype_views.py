@@ -125,3 +125,15 @@ def test_view_dtype_errors_as_pytorch_does(mode) -> None:
         x.t().view(torch.uint8)  # (a non-contiguous last dimension cannot change element size)
     with pytest.raises(RuntimeError, match="last dimension of size 2"):
         torch.view_as_complex(x)
+
+
+def test_a_dtype_views_storage_is_the_viewed_buffer(mode) -> None:
+    c = torch.tensor([1 + 1j, 2 + 2j], device="tpu")
+    r = torch.view_as_real(c)
+    assert r.untyped_storage().nbytes() == c.untyped_storage().nbytes() == 16  # (one buffer, as on CPU)
+    import copy
+
+    torch.testing.assert_close(copy.deepcopy(r).cpu(), torch.view_as_real(c.cpu()))
+    f = torch.zeros(4, device="tpu")
+    f.view(torch.int32).untyped_storage().resize_(0)  # (what FSDP2 does to free a parameter)
+    assert f.untyped_storage().nbytes() == 0

@@ -24,9 +24,16 @@ from tputool.backend import tensor as tt
 _installed = False
 
 
+def _owner(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """The storage holding `storage`'s buffer: itself, or the one a dtype view's storage sees (`tensor.Reinterpreted`:
+    one buffer, as PyTorch's `view(dtype)` keeps one storage)."""
+    base = getattr(storage, "_tpu", None)
+    return base.parent if type(base) is tt.Reinterpreted else storage
+
+
 def _buffer(storage: torch.UntypedStorage):
     """The tpu buffer behind `storage`, or None for any other storage."""
-    return getattr(storage, "_tpu", None) if storage.device.type == "tpu" else None
+    return getattr(_owner(storage), "_tpu", None) if storage.device.type == "tpu" else None
 
 
 def buffer_nbytes(base) -> int:  # noqa: ANN001 - a jax.Array or tensor.Uninit
@@ -73,7 +80,7 @@ def install() -> None:
     def _resize_(self, size: int):
         if _buffer(self) is None:
             return resize_(self, size)
-        resize_buffer(self, int(size))
+        resize_buffer(_owner(self), int(size))
         return self
 
     def _data_ptr(self) -> int:
