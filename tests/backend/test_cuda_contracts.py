@@ -264,3 +264,19 @@ def test_data_parallel_over_one_tpu_device_runs_as_on_one_gpu(mode) -> None:
     torch.testing.assert_close(model.module[0].weight.grad.cpu(), ref[0].weight.grad)
     with pytest.raises(NotImplementedError, match=r"over 2 tpu devices.*DistributedDataParallel.*TPU410"):
         torch.nn.parallel.comm.scatter(x, [0, 1])
+
+
+def test_index_put_of_another_dtype_raises_as_on_cuda(mode):
+    """gpt-fast's mixtral KV cache is bfloat16 and its float32 keys were written into it: CPU and CUDA raise, tpu cast
+    them silently and failed later, at attention."""
+    for device in ("cpu", "tpu"):
+        x = torch.zeros(2, 4, dtype=torch.bfloat16, device=device)
+        idx = torch.tensor([1], device=device)
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match, got "
+                                               "BFloat16 for the destination and Float for the source"):
+            x[:, idx] = torch.ones(2, 1, device=device)
+        with pytest.raises(RuntimeError, match="Index put requires"):
+            x.index_put_((idx,), torch.ones(4, device=device))
+        x[torch.tensor([True, False], device=device)] = torch.tensor(2.0)  # (one value through a mask: masked_fill)
+        x[idx] = 3.0  # (a Python number takes the tensor's dtype)
+        assert x.cpu().tolist() == [[2.0] * 4, [3.0] * 4]

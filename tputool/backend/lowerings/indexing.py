@@ -67,9 +67,30 @@ def _index(self, indices):
     return self[_indices(self, indices)]
 
 
+SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+                     "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                     "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+"""PyTorch's ScalarType names of the dtypes, as its error messages spell them."""
+
+
+def _check_value_dtype(self, indices, values) -> None:
+    """PyTorch's index_put refuses values of another dtype on every device (`x[idx] = v` with a float32 `v` into a
+    bfloat16 `x`), except where it becomes a masked_fill: one value put through one boolean mask."""
+    if values.dtype == self.dtype:
+        return
+    given = [i for i in indices if i is not None]
+    if values.size == 1 and len(given) == 1 and given[0].dtype in (jnp.bool_, jnp.uint8):
+        return
+    name = SCALAR_TYPE_NAMES.get
+    raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                       f"{name(self.dtype.name, self.dtype.name)} for the destination and "
+                       f"{name(values.dtype.name, values.dtype.name)} for the source.")
+
+
 @lowering(aten.index_put.default, checked=True)
 def index_put(self, indices, values, accumulate=False):
     _check_indices(self, indices)
+    _check_value_dtype(self, indices, values)
     return _index_put(self, indices, values, accumulate)
 
 
