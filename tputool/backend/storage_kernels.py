@@ -16,7 +16,7 @@ from tputool.backend.dispatch import LoweredOp, Signature
 from tputool.backend.lowerings import Lowering, linalg
 from tputool.backend.op_plan import KERNELS
 from tputool.backend.runtime import STATE as _state
-from tputool.backend.views import contiguous_strides, reinterpret
+from tputool.backend.views import contiguous_strides, reinterpret, view_span
 
 aten = torch.ops.aten
 
@@ -314,10 +314,8 @@ def unfold(self, dimension, size, step):
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor with `t`'s dtype and geometry (size, stride, storage offset): PyTorch's own view kernels run
     on it to give a view's geometry, with PyTorch's checks and errors."""
-    span = t.storage_offset() + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
-                                 if t.numel() else 0)
-    m = torch.empty(max(span, 1), dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), t.storage_offset())
-    return m
+    span = t.storage_offset() + view_span(tuple(t.shape), t.stride())
+    return torch.empty(max(span, 1), dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def _dtype_view(t: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

@@ -58,8 +58,13 @@ def _sync_class(count: int, steps_seen: int, steps: int) -> str:
     return "loop" if count >= 2 else "once"
 
 
+def _device_run(rec: RunRecord) -> bool:
+    """Whether the script ran on an accelerator (not on the CPU as a stand-in): CPU tensors then cost it nothing."""
+    return any(d not in ("cpu", "meta") for d in rec.devices)
+
+
 def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
-    device_run = any(d not in ("cpu", "meta") for d in rec.devices)
+    device_run = _device_run(rec)
     out, seen = [], set()
     for s in rec.host_syncs:
         if s["device"] == "cpu" and (device_run or not s.get("direct", True)):
@@ -110,7 +115,7 @@ def _host_syncs(rec: RunRecord, steps: int) -> list[Finding]:
 
 def _dtypes(rec: RunRecord, steps: int) -> list[Finding]:
     out = []
-    device_run = any(d not in ("cpu", "meta") for d in rec.devices)
+    device_run = _device_run(rec)
     for d in rec.dtypes:
         if device_run and d.get("device", "cpu") == "cpu":
             continue  # (float64 kept on the host costs the TPU nothing: it counts where it moves to the device)
