@@ -100,3 +100,22 @@ def test_without_a_differing_draw_in_its_step_the_parameters_are_still_suspected
     that differs), as a genuine optimizer bug must be reported."""
     c = _causes(**kw)
     assert [x["name"] for x in c] == ["inherited"] and "updates differ" in c[0]["message"], c
+
+
+def test_replay_under_float32_autocast_runs_the_reference_without_autocast_warnings():
+    """llm.c wraps its float32 forward in torch.amp.autocast(dtype=float32): the replay's reference passed that
+    dtype to CPU autocast, which refuses it with a UserWarning printed into the user's parity run."""
+    import warnings
+
+    import tputool.backend  # noqa: F401 - registers the tpu device
+    from tputool.diagnose.userframes import UserFrames
+    from tputool.parity.replay import replay
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(8, 4).to("tpu")
+    x = torch.randn(2, 8).to("tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("tpu", dtype=torch.float32):
+            tpu_ops, ref_ops = replay(module, (x,), {}, UserFrames(__file__), 1 << 20)
+    assert [o["op"] for o in tpu_ops] == [o["op"] for o in ref_ops] and tpu_ops

@@ -79,6 +79,8 @@ def replay(module: torch.nn.Module, args: tuple, kwargs: dict, frames: UserFrame
     rng = _rng_state()
     dev = torch.device(target)
     amp_dtype = torch.get_autocast_dtype("tpu") if torch.is_autocast_enabled("tpu") else None
+    if amp_dtype not in (torch.bfloat16, torch.float16):  # float32 autocast computes nothing lower (CPU refuses it)
+        amp_dtype = None
     try:
         with torch.no_grad():
             ref_module = copy.deepcopy(module).to(dev)  # (before the replay below updates a buffer again)
