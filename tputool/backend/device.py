@@ -152,7 +152,7 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _register_kernels() -> None:
-    from tputool.backend import autocast, dispatch, fork, storage_kernels
+    from tputool.backend import autocast, dispatch, fork, sparse, storage_kernels
 
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(dispatch.boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
@@ -167,6 +167,7 @@ def _register_kernels() -> None:
         for name, kernel in storage_kernels.BIT_KERNELS.items():
             for key in ("Conjugate", "Negative"):
                 aten_lib.impl(name, kernel, key)
+    sparse.register(aten_lib)
     fork.install([lib, aten_lib])  # (a child forked after JAX started swaps them for a kernel that refuses)
     autocast.register(_libs)
 

@@ -829,6 +829,10 @@ def _tensors(args: tuple, kwargs: dict) -> list:
 def _has_lazy(args: Any, kwargs: dict) -> bool:
     for x in _tensors(args, kwargs):
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            if x.layout is not _STRIDED:  # (a sparse tensor holds no storage: its indices and values do)
+                if x.is_sparse and _has_lazy((x._indices(), x._values()), {}):
+                    return True
+                continue
             base = getattr(x.untyped_storage(), "_tpu", None)
             if type(base) is tt.Reinterpreted:  # (a dtype view: pending where the buffer it views is)
                 base = base.parent._tpu
@@ -1260,7 +1264,7 @@ def _install_print_materialize() -> None:
         return
 
     def _str(self, *, tensor_contents=None):
-        if _mode is not None and self.device.type == "tpu":
+        if _mode is not None and self.device.type == "tpu" and self.layout is _STRIDED:  # (sparse: its parts are)
             materialize(self, "print")
         return original(self, tensor_contents=tensor_contents)
 
