@@ -80,15 +80,23 @@ def test_bool_sparse_buffer_of_a_module_moves_with_it(mode):
     assert m.alignment_heads.device.type == "cpu" and torch.equal(m.alignment_heads.to_dense(), heads)
 
 
-def test_uncoalesced_indices_and_unsupported_ops_fail_in_one_line(tpu_device):
-    s = _uncoalesced().to("tpu")
+def test_other_ops_run_on_cpu_as_every_fallback_and_in_place_ones_fail_in_one_line(tpu_device, monkeypatch):
+    s, ref = _uncoalesced().to("tpu"), _uncoalesced()
+    with pytest.warns(RuntimeWarning, match="no tpu kernel for sparse tensors; it runs on CPU"):
+        total = s + s
+    _same(total, ref + ref)
+    _same(s.t(), ref.t())
+    _same(torch.sparse.sum(s, 1), torch.sparse.sum(ref, 1))
     with pytest.raises(RuntimeError, match="Cannot get indices on an uncoalesced tensor"):
         s.indices()
-    with pytest.raises(NotImplementedError, match=r"aten::add.Tensor is not supported for sparse COO tensors on "
-                                                  r"tpu .*call .to_dense\(\) first"):
-        s + s
+    with pytest.raises(NotImplementedError, match=r"aten::mul_.Tensor \(in place\) is not supported for sparse COO "
+                                                  r"tensors on tpu; call .to_dense\(\) first"):
+        s.mul_(2)
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         s @ torch.ones(2, 2, device="tpu")
+    monkeypatch.setenv("TPUTOOL_FALLBACK", "error")
+    with pytest.raises(NotImplementedError, match="TPUTOOL_FALLBACK=error"):
+        s * 3
 
 
 def test_pending_values_of_fused_mode_are_computed_before_a_sparse_op_reads_them(tpu_device):
@@ -96,7 +104,7 @@ def test_pending_values_of_fused_mode_are_computed_before_a_sparse_op_reads_them
     try:
         v = torch.arange(5.0, device="tpu") * 2 + 1  # pending in the trace
         i = torch.tensor([[0, 1, 1, 0, 2], [2, 0, 0, 2, 1]], device="tpu")
-        s = torch.sparse_coo_tensor(i, v, (3, 3))
+        s = torch.sparse_coo_tensor(i, v, (3, 3), check_invariants=False)
         ref = torch.sparse_coo_tensor(i.cpu(), torch.arange(5.0) * 2 + 1, (3, 3))
         _same(s.to_dense(), ref.to_dense())
         _same(s.coalesce(), ref.coalesce())

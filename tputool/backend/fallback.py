@@ -32,19 +32,24 @@ def _is_tpu(x) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "tpu"
 
 
-def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
-    """Run `op` on CPU copies of its tpu arguments and bring the results back (see module doc)."""
+def announce(op: torch._ops.OpOverload, what: str = "") -> None:
+    """Before `op` runs on CPU: refuse under TPUTOOL_FALLBACK=error, else record the event and warn once per op."""
     name = str(op)
     if os.environ.get("TPUTOOL_FALLBACK", "") == "error":
-        raise FallbackError(f"tpu backend: no tpu kernel for {name} (TPUTOOL_FALLBACK=error forbids the CPU "
-                            "fallback)")
-    _check_devices(op, args, kwargs)
+        raise FallbackError(f"tpu backend: no tpu kernel for {name}{what} (TPUTOOL_FALLBACK=error forbids the "
+                            "CPU fallback)")
     events.record("fallback", name)
     if name not in _warned:
         _warned.add(name)
         file, line = events.user_location()
-        warnings.warn_explicit(f"tpu backend: {name} has no tpu kernel; it runs on CPU (copies to host and "
+        warnings.warn_explicit(f"tpu backend: {name} has no tpu kernel{what}; it runs on CPU (copies to host and "
                                "back). This warning is shown once per op.", RuntimeWarning, file, line)
+
+
+def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    """Run `op` on CPU copies of its tpu arguments and bring the results back (see module doc)."""
+    announce(op)
+    check_devices(op, args, kwargs)
     written = _written_args(op, args, kwargs)
     copies: dict[int, torch.Tensor] = {}
 
@@ -101,7 +106,7 @@ def _flat_tensors(tree) -> list[torch.Tensor]:
     return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
 
 
-def _check_devices(op, args, kwargs) -> None:
+def check_devices(op, args, kwargs) -> None:
     """Raise PyTorch's mixed-device error when a CPU tensor with elements meets a tpu tensor among `op`'s
     operands (the CPU kernel would silently accept it), except in the op's host operands (indices, lengths)."""
     from tputool.backend.op_plan import plan

@@ -5,8 +5,8 @@ move one as it moves to CUDA. The tensor is PyTorch's SparseTensorImpl with the 
 kernel builds it for any device, and the ops that only read its metadata (`_indices`, `_nnz`, ...) are PyTorch's
 own, reached by redispatching to the SparseCPU key (they touch no data). The ops that compute (`coalesce`,
 `to_dense`, `to_sparse`, sparse @ dense `mm`, `clone`) are written below with dense tpu ops on the indices and
-values, as CPU's kernels compute them. Any other op on a tpu sparse tensor fails with one line naming it and what
-to do (`.to_dense()`), where the dispatcher would print its list of backends.
+values, as CPU's kernels compute them. Any other op on a tpu sparse tensor runs on CPU copies (the CPU fallback,
+warned once per op); one that writes in place fails with one line naming it and what to do (`.to_dense()`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils._pytree import tree_map
 
 aten = torch.ops.aten
 _SPARSE_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCPU)
@@ -101,9 +102,10 @@ def clone(self: torch.Tensor, memory_format=None) -> torch.Tensor:
 
 
 def mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-    """sparse (2-D, scalar values) @ dense: each value times its column's row of `mat2`, added into its row."""
+    """sparse (2-D, scalar values) @ dense: each value times its column's row of `mat2`, added into its row
+    (other layouts: the CPU fallback)."""
     if self.sparse_dim() != 2 or self.dense_dim() != 0 or mat2.layout != torch.strided or mat2.dim() != 2:
-        _refuse(aten.mm.default)
+        return _fallback(aten.mm.default, self, mat2)
     if self.shape[1] != mat2.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({self.shape[0]}x{self.shape[1]} and "
                            f"{mat2.shape[0]}x{mat2.shape[1]})")
@@ -125,14 +127,28 @@ DENSE_INPUT = {"_to_sparse": dense_to_sparse, "_to_sparse.sparse_dim": dense_to_
 """Ops that make a sparse tensor from a dense tpu one (PrivateUse1 kernels)."""
 
 
-def _refuse(op: torch._ops.OpOverload, *args, **kwargs):
-    raise NotImplementedError(
-        f"{op.name()} is not supported for sparse COO tensors on tpu (they support {', '.join(sorted(COMPUTE))}, "
-        "to(), coalesce() and reading indices/values); call .to_dense() first")
+def _refuse(op: torch._ops.OpOverload, why: str = "is not supported"):
+    raise NotImplementedError(f"{op.name()} {why} for sparse COO tensors on tpu; call .to_dense() first")
 
 
 def _fallback(op: torch._ops.OpOverload, *args, **kwargs):
-    _refuse(op)
+    """Any other op with a tpu sparse argument: run on CPU copies, the results brought back (warned once per op,
+    as every CPU fallback; TPUTOOL_FALLBACK=error refuses it). An in-place op is refused: its result would have to
+    be written back into the tpu tensor's indices and values."""
+    from tputool.backend import fallback
+
+    if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+        _refuse(op, "(in place) is not supported")
+    fallback.announce(op, " for sparse tensors")
+    fallback.check_devices(op, args, kwargs)
+
+    def to_cpu(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return x.to("cpu")
+        return torch.device("cpu") if isinstance(x, torch.device) and x.type == "tpu" else x
+
+    out = op(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+    return tree_map(lambda x: x.to("tpu") if isinstance(x, torch.Tensor) else x, out)
 
 
 def register(lib: torch.library.Library) -> None:
