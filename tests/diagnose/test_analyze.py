@@ -347,6 +347,19 @@ def test_inference_loop_per_shape_compiles_are_found_at_the_call():
     assert "input_ids dim 1 varies" in f.message and "static KV cache" in f.fix and "bucket" in f.fix
 
 
+def test_calls_that_recompile_with_the_same_input_shapes_blame_kept_state_not_the_input():
+    """Whisper's decoder: a 4-token first call, then one token per call, its KV cache grown by torch.cat. Calls
+    with an input shape seen before compiled again: padding the input would change nothing."""
+    calls = [[0, 3, {"x": [1, 4]}]] + [[i, 1, {"x": [1, 1]}] for i in range(1, 8)]
+    flush = {"kind": "flush", "detail": "aten.cat.default (its shapes or constant arguments keep changing here: run "
+             "alone)", "file": "/u/model.py", "line": 33, "count": 7, "amount": 0}
+    rec = _rec(steps=0, loop="calls", calls=8, call_sites=[_site(calls, 8)], events=[flush])
+    (f,) = [f for f in findings_from_record(rec) if f.code == "TPU808"]
+    assert "8 of 8 calls here compiled" in f.message and "6 of them with input shapes an earlier call had" in f.message
+    assert "aten.cat.default at /u/model.py:33 takes new shapes" in f.message and "one per input shape" not in f.message
+    assert "allocate it once at its final size" in f.fix and "pad x" not in f.fix and f.extra["state"]
+
+
 def test_varying_dims_names_rank_changes_too():
     from tputool.diagnose.analyze import varying_dims
 

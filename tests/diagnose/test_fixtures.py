@@ -115,6 +115,17 @@ def test_inference_loop_per_shape_compiles_found_at_the_call(name, generate, mon
     assert all("nothing needed" not in f.fix for f in tpu812)
 
 
+def test_cache_grown_between_calls_is_named_as_the_cause_of_per_call_compiles(monkeypatch):
+    assert tpu_works(), "the bundled tpu device fails the probe script"
+    monkeypatch.setenv("TPUTOOL_FIXTURE_DEVICE", "tpu")
+    path = FIXTURES / "cache_growth.py"
+    report = diagnose(str(path), include_static=False)
+    assert report.status == "ok", report.error
+    assert _problems(report) == expected(path)
+    (f,) = [f for f in report.findings if f.extra.get("per_shape")]
+    assert f.extra["state"] and "aten.cat.default at" in f.message and "allocate it once" in f.fix
+
+
 @pytest.mark.needs_compile
 def test_inference_loop_over_fixed_buckets_is_warm_up(monkeypatch):
     assert tpu_works(compile=True), "the bundled tpu device compile backend fails the probe script"

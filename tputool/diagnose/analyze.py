@@ -9,6 +9,7 @@ import re
 from tputool.diagnose.jaxwatch import late_compile_steps
 from tputool.diagnose.model import Finding
 from tputool.diagnose.record import RunRecord
+from tputool.diagnose.report import display_path
 from tputool.diagnose.rules import (
     DIM_MULTIPLE,
     GRAPH_BREAK_HINTS,
@@ -510,6 +511,31 @@ def _dims_text(dims: list[tuple[str, int | None, list[int]]]) -> str:
                      for name, d, v in dims)
 
 
+RESHAPING = "its shapes or constant arguments keep changing here"
+"""Fused mode's flush reason for an op whose shapes differ at each run (fused.py)."""
+
+
+def _reshaping_ops(rec: RunRecord) -> list[tuple[str, int, str]]:
+    """(file, line, op) of the ops Fused mode saw take new shapes at each run, the most frequent first."""
+    seen: dict[tuple[str, int, str], int] = {}
+    for e in rec.events:
+        if e["kind"] == "flush" and RESHAPING in e["detail"]:
+            key = (e["file"], e["line"], e["detail"].split(" (")[0])
+            seen[key] = seen.get(key, 0) + e["count"]
+    return sorted(seen, key=lambda k: -seen[k])
+
+
+def _repeated_shapes(shapes: list[dict[str, list[int]]]) -> int:
+    """How many of these compiling calls' input shapes an earlier compiling call already had."""
+    seen: set[str] = set()
+    repeats = 0
+    for s in shapes:
+        key = repr(sorted(s.items()))
+        repeats += key in seen
+        seen.add(key)
+    return repeats
+
+
 def per_shape_compiles(rec: RunRecord) -> list[Finding]:
     """Call sites of a loop without an optimizer whose calls keep compiling XLA programs, one per new input
     shape, into the second half of their calls: TPU808 at the calling line, naming the varying dimension."""
@@ -525,21 +551,32 @@ def per_shape_compiles(rec: RunRecord) -> list[Finding]:
             continue
         dims = varying_dims([c[2] for c in compiling])
         programs = sum(c[1] for c in compiling)
-        what = _dims_text(dims) or "the same input shapes (another input changes)"
-        if site.get("generate"):
-            fix = ("each generated token has a new sequence length: use a static KV cache "
-                   "(generate(..., cache_implementation='static')) and pad prompts to a few bucket lengths "
-                   "(tokenizer(..., padding='max_length') or pad_to_multiple_of=64)")
+        repeats = _repeated_shapes([c[2] for c in compiling])
+        state = repeats >= max(PER_SHAPE_MIN_RECOMPILES, len(again) // 2) and not site.get("generate")
+        if state:  # most recompiling calls had input shapes an earlier call compiled for: not the inputs' doing
+            grown = _reshaping_ops(rec)
+            why = (f"{repeats} of them with input shapes an earlier call had: a tensor the calls keep changes shape" +
+                   (f" ({grown[0][2]} at {display_path(grown[0][0])}:{grown[0][1]} takes new shapes each call)"
+                    if grown else ""))
+            fix = ("state kept between calls grows (a KV cache extended with torch.cat): allocate it once at its "
+                   "final size and write each call's part in place (slice assignment or index_copy_), masking "
+                   "what is not written yet, so that every call runs the same shapes")
         else:
-            first = next((f"{name} dim {d}" for name, d, _ in dims if d is not None), "the varying dimension")
-            fix = (f"pad {first} to a few fixed sizes (buckets: multiples of 64, or powers of 2) before the call, "
-                   "or drop the last partial batch (drop_last=True)")
+            why = "one per input shape: " + (_dims_text(dims) or "the same input shapes (another input changes)")
+            if site.get("generate"):
+                fix = ("each generated token has a new sequence length: use a static KV cache "
+                       "(generate(..., cache_implementation='static')) and pad prompts to a few bucket lengths "
+                       "(tokenizer(..., padding='max_length') or pad_to_multiple_of=64)")
+            else:
+                first = next((f"{name} dim {d}" for name, d, _ in dims if d is not None), "the varying dimension")
+                fix = (f"pad {first} to a few fixed sizes (buckets: multiples of 64, or powers of 2) before the "
+                       "call, or drop the last partial batch (drop_last=True)")
         out.append(_finding("TPU808", site["file"], site["line"],
                             f"{len(compiling)} of {n} calls here compiled new XLA programs ({programs} in all, "
-                            f"{len(late)} in the second half of the calls), one per input shape: {what}",
+                            f"{len(late)} in the second half of the calls), {why}",
                             count=len(compiling), fix=fix, per_step=round(len(compiling) / n, 2) if n else None,
                             per_shape=True, varying=[{"input": k, "dim": d, "values": v} for k, d, v in dims],
-                            generate=bool(site.get("generate"))))
+                            generate=bool(site.get("generate")), state=state))
     return out
 
 

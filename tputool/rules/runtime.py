@@ -66,7 +66,9 @@ RULES: tuple[Rule, ...] = (
     _rule("TPU808", "xla-compile-in-loop", "XLA keeps compiling after warm-up", _W,
           "The backend compiled new XLA executables in the second half of the run, when every shape should\n"
           "have been seen already: inputs change shape (or dtype) from step to step, so each step pays a\n"
-          "compile. Fix: pad inputs to a few fixed sizes (buckets); drop the last partial batch.", (77,)),
+          "compile. Fix: pad inputs to a few fixed sizes (buckets); drop the last partial batch. When calls\n"
+          "with input shapes seen before compile again, a tensor the calls keep grows (a KV cache extended\n"
+          "with torch.cat): allocate it once at its final size and write into it in place.", (77,)),
     _rule("TPU812", "xla-compile-time", "XLA compile time", _I,
           "Seconds JAX spent compiling XLA programs (from jax.monitoring), and how much of it fell in the\n"
           "second half of the run. Warm-up compiles are paid once (the persistent cache saves them next\n"
