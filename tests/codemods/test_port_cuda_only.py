@@ -361,3 +361,56 @@ def test_a_cuda_only_and_check_is_kept_whole_and_still_false_on_tpu():
     original, ported = run(src), run(out)
     assert (original["NEW_CUDA"], original["BF16"]) == (ported["NEW_CUDA"], ported["BF16"]) == (False, False)
     assert ported["OK"] is True
+
+
+# ---- `x.is_cuda` guarding a local module that imports a CUDA-only library (Whisper's timing.py) ----
+
+TIMING = """
+    import torch
+
+    def median(x):
+        result = None
+        if x.is_cuda:
+            try:
+                from .triton_ops import median_kernel
+                result = median_kernel(x)
+            except RuntimeError:
+                pass
+        if result is None:
+            result = x.sort()[0]
+        return result
+
+    def dtw_fast(x):
+        from .triton_ops import dtw_kernel
+        return dtw_kernel(x)
+
+    def other(y):
+        return y + 1
+
+    def dtw(x):
+        if x.is_cuda:
+            return dtw_fast(x)
+        return x.cpu()
+
+    def place(x):
+        if x.is_cuda:
+            return x * 2
+        return x
+"""
+
+
+def test_is_cuda_guarding_a_local_triton_module_is_kept_and_a_plain_one_moves(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "triton_ops.py").write_text("try:\n    import triton\nexcept ImportError:\n    raise RuntimeError('no')\n")
+    out, findings = port(TIMING, path=str(pkg / "timing.py"))
+    kept = [f for f in findings if f.code == "TPU220"]
+    assert [f.line for f in kept] == [6, 24]
+    assert "triton (through .triton_ops)" in kept[0].message and "in dtw_fast()" in kept[1].message
+    assert out.count("x.is_cuda") == 2 and 'x.device.type == "tpu"' in out  # place() moves
+    (pkg / "triton_ops.py").write_text("import torch\n")  # a local module with no CUDA-only import
+    from tputool.codemods.python import cuda_only
+
+    cuda_only._local_modules.clear()
+    out, findings = port(TIMING, path=str(pkg / "timing.py"))
+    assert "x.is_cuda" not in out and "TPU220" not in codes(findings)

@@ -264,3 +264,13 @@ def test_comments_around_removed_and_unwrapped_statements_are_kept() -> None:
     assert "    # set up the step\n    x = 1\n" in out  # describes what follows too: kept
     assert "only about the flag below" not in out and "# autotune" not in out  # belonged to the removed lines
     assert "    # math attention here\n    z = 3\n" in out  # a `with` header's comment stays with its body
+
+
+def test_disabled_autocast_moves_its_device_and_gains_no_dtype():
+    """x-transformers: `@autocast('cuda', enabled = False)` keeps a region in float32; it casts nothing, so the
+    port moves its device only (it gained `dtype=torch.bfloat16`, noise a reviewer must read twice)."""
+    src = "from torch.amp import autocast\n\n@autocast('cuda', enabled = False)\ndef f(x):\n    return x\n"
+    out, findings = port(src)
+    assert out == src.replace("'cuda'", "'tpu'") and [f.code for f in findings] == ["TPU302"]
+    out, _ = port("import torch\nwith torch.autocast('cuda'):\n    pass\n")
+    assert "dtype=torch.bfloat16" in out  # an enabled one still gains the TPU's dtype

@@ -49,7 +49,7 @@ def port_python(source: str, path: str, settings: Settings) -> tuple[str, list[F
     del tree  # the ast is not needed any more: libcst's tree is what peaks (memory per MB of source)
     if masked is not None:
         try:
-            done = _port(masked.text, path, settings, index, imports, whole=False)
+            done = _port(masked.text, path, settings, index, imports, whole=False, original=source)
         except cst.ParserSyntaxError:
             done = None
         if done is not None:
@@ -205,8 +205,8 @@ def _trigger_names(targets: dict[str, str]) -> list[str]:
     return [name for name, target in targets.items() if any(t in target for t in _ALL_TRIGGERS)]
 
 
-def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None, window: int = 0
-          ) -> tuple[str, list[Finding]] | None:
+def _port(source: str, path: str, settings: Settings, index, imports, whole: bool, facts=None, window: int = 0,
+          original: str | None = None) -> tuple[str, list[Finding]] | None:
     """Run the rules over `source`; None when a part of the file was hidden and a rewrite needs it all.
 
     (Adding `import torch` and pruning imports left unused look at the whole module.) `imports` is
@@ -225,6 +225,7 @@ def _port(source: str, path: str, settings: Settings, index, imports, whole: boo
     scoped_window = facts is not None and not index.exact
     cls = PortTransformer if index.exact else WindowScopedPortTransformer if scoped_window else ScopedPortTransformer
     transformer = cls(context, source, path, settings, wrapper, index, imports)
+    transformer.original = original if original is not None else source
     if facts is not None:  # window `window` of a large file: the file-level facts come from all of it (windows.py)
         facts.apply(transformer)
     if scoped_window:

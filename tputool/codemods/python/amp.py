@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tputool.codemods.python.context import PortBase, keyword_args
 from tputool.codemods.python.device import _commas
@@ -95,7 +96,9 @@ def generic_autocast(t: PortBase, orig: cst.Call, upd: cst.Call, q: str | None) 
         new_dev = tpu_device_expr(args[d_idx].value)
         if new_dev is not None and t.fire("TPU302", orig):
             args[d_idx] = args[d_idx].with_changes(value=new_dev)
-            if dtype_idx is None:
+            en_idx = _kw(args, "enabled")
+            disabled = en_idx is not None and m.matches(args[en_idx].value, m.Name("False"))
+            if dtype_idx is None and not disabled:  # (autocast(..., enabled=False) casts nothing: no dtype to add)
                 args.append(cst.Arg(keyword=cst.Name("dtype"), value=t.expr(t.torch("bfloat16")),
                                     equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                           whitespace_after=cst.SimpleWhitespace(""))))

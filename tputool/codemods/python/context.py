@@ -75,6 +75,7 @@ class PortBase(cst.CSTTransformer):
         self.needs_whole = False  # an analysis met a statement hidden as cold: port the whole file instead
         self.removed_top = False  # a module-level statement was removed (a window then needs its neighbours)
         self.held: set[cst.CSTNode] = set()  # original nodes kept as CUDA code: nothing inside is rewritten
+        self.original = source  # the whole file's text (`source` may hide cold statements; port_python sets it)
 
     # ---- names and positions ----
     def qname(self, node: cst.CSTNode) -> str | None:

@@ -10,10 +10,13 @@ Anything else it guards is a device move, and the check moves with it (TPU201).
 
 from __future__ import annotations
 
+import builtins
+import os
 import re
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 
 from tputool.codemods.python.context import PortBase
 from tputool.codemods.python.speed.cold import MARKER
@@ -144,13 +147,86 @@ def _library(t: PortBase, node: cst.CSTNode) -> str | None:
     return None
 
 
-def _cuda_only_in(t: PortBase, root: cst.CSTNode) -> str | None:
-    """The first CUDA hardware query or CUDA-only library used in an original subtree (parents known), else None."""
+_LIBRARY_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(" + "|".join(
+    re.escape(name) for name in sorted(CUDA_ONLY_MODULES)) + r")\b", re.MULTILINE)
+_local_modules: dict[str, str | None] = {}
+"""Path of a local module -> the CUDA-only library it imports (None: none), read once per path."""
+
+
+def _local_module(t: PortBase, dots: int, parts: list[str], names: list[str]) -> str | None:
+    """`from .triton_ops import kernel` (dots 1, parts ["triton_ops"], names ["kernel"]): the CUDA-only library
+    that local module (a file beside this one, or a module of the package named) imports, as "triton (through
+    .triton_ops)", else None."""
+    if not t.path:
+        return None
+    base = os.path.dirname(os.path.abspath(t.path))
+    for _ in range(dots - 1):
+        base = os.path.dirname(base)
+    candidates = [os.path.join(base, *parts) + ".py"] if parts else []
+    candidates += [os.path.join(base, *parts, n + ".py") for n in names]
+    for path in candidates:
+        if path not in _local_modules:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    hit = _LIBRARY_IMPORT.search(f.read())
+            except OSError:
+                hit = None
+            _local_modules[path] = hit.group(1) if hit else None
+        if _local_modules[path]:
+            return f"{_local_modules[path]} (through {'.' * dots}{'.'.join(parts) or os.path.basename(path)[:-3]})"
+    return None
+
+
+def _relative_import(t: PortBase, node: cst.ImportFrom) -> str | None:
+    parts = (get_full_name_for_node(node.module) or "").split(".") if node.module is not None else []
+    names = [] if isinstance(node.names, cst.ImportStar) else [a.name.value for a in node.names
+                                                              if isinstance(a.name, cst.Name)]
+    return _local_module(t, len(node.relative), parts, names)
+
+
+def _local_function(t: PortBase, node: cst.Call) -> cst.FunctionDef | None:
+    """The module-level function of this file that a call by bare name calls, else None."""
+    if not isinstance(node.func, cst.Name):
+        return None
+    name = node.func.value
+    for stmt in t.wrapper.module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+            return stmt
+    if not hasattr(builtins, name) and any(MARKER in line for line in t.lines) and _reaches_cuda_only(t):
+        t.needs_whole = True  # perhaps defined here but hidden as cold: port the whole file to read it
+    return None
+
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.+)([\w.]*)[ \t]+import[ \t]+\(?([\w, \t]+)", re.MULTILINE)
+
+
+def _reaches_cuda_only(t: PortBase) -> bool:
+    """Whether this file imports a CUDA-only library or a local module that does (read from its whole text):
+    only then can a statement hidden as cold be CUDA-only code an analysis must see."""
+    if _LIBRARY_IMPORT.search(t.original):
+        return True
+    for dots, module, names in _RELATIVE_IMPORT.findall(t.original):
+        parts = module.split(".") if module else []
+        if _local_module(t, len(dots), parts, [n.strip() for n in names.split(",") if n.strip().isidentifier()]):
+            return True
+    return False
+
+
+def _cuda_only_in(t: PortBase, root: cst.CSTNode, depth: int = 1) -> str | None:
+    """The first CUDA hardware query or CUDA-only library used in an original subtree (parents known), else None;
+    a local module imported there counts by what it imports, and a function of this file called there (`depth`
+    levels deep) by what its body uses."""
     for node in m.findall(root, m.Call() | m.Import() | m.ImportFrom() | m.Name() | m.Attribute()):
         if isinstance(node, cst.Call):
             found = cuda_query(t, node)
+            if not found and depth and (fn := _local_function(t, node)) is not None:
+                t.know_parents(fn)
+                inner = _cuda_only_in(t, fn.body, depth - 1)
+                found = f"{inner} in {fn.name.value}()" if inner else None
         elif isinstance(node, cst.Name | cst.Attribute) and t.qname(node) in CUDA_QUERIES:
             found = t.qname(node)
+        elif isinstance(node, cst.ImportFrom) and node.relative:
+            found = _relative_import(t, node)
         else:
             found = _library(t, node)
         if found:
@@ -172,9 +248,9 @@ def in_cuda_only_conjunction(t: PortBase, node: cst.CSTNode) -> str | None:
     return _cuda_only_in(t, top)
 
 
-def guarded_cuda_only(t: PortBase, check: cst.Call) -> str | None:
-    """What CUDA-only code a `torch.cuda.is_available()` call guards ("apex", "get_device_capability()"), or
-    None when it guards none (then it is a device check and moves to torch.tpu)."""
+def guarded_cuda_only(t: PortBase, check: cst.BaseExpression) -> str | None:
+    """What CUDA-only code a `torch.cuda.is_available()` call (or an `x.is_cuda` test) guards ("apex",
+    "get_device_capability()"), or None when it guards none (then it is a device check and moves to tpu)."""
     region = _region(t, check)
     if region is None:
         return None
@@ -183,6 +259,9 @@ def guarded_cuda_only(t: PortBase, check: cst.Call) -> str | None:
         found = _cuda_only_in(t, root)
         if found:
             return found
+    if any(MARKER in t.code(root) for root in code) and _reaches_cuda_only(t):
+        t.needs_whole = True  # the guarded code is partly hidden as cold: port the whole file to read it
+        return None
     for root in texts:
         for s in m.findall(root, m.SimpleString() | m.FormattedStringText()):
             text = literal(s) if isinstance(s, cst.SimpleString) else s.value

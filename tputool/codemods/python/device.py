@@ -281,6 +281,15 @@ def is_cuda_attr(t: PortBase, orig: cst.Attribute, upd: cst.Attribute) -> cst.Ba
         return upd
     if isinstance(parent, cst.Call) and parent.func is orig:
         return upd  # `x.is_cuda()` is some other API, not the tensor property
+    from tputool.codemods.python.cuda_only import guarded_cuda_only
+
+    what = guarded_cuda_only(t, orig)
+    if what is not None:
+        t.fire("TPU220", orig, fixable=False,
+               message=f"`.is_cuda` guards CUDA-only code ({what}): kept, so that code is skipped on TPU as on any "
+                       "machine without CUDA")
+        t.hold(orig)
+        return upd
     if not t.fire("TPU111", orig):
         return upd
     text = f'{t.code(upd.value)}.device.type == "tpu"'
