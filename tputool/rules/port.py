@@ -388,8 +388,11 @@ RAPIDS, CuPy, ..., or queries CUDA hardware, or the check's message names such a
 torch.tpu would let the CUDA-only code run (and fail later); it stays a CUDA check, so on TPU that code is skipped,
 or the assertion fails, as on any machine without CUDA. Other checks move with the device (TPU201). A `torch.cuda`
 operand of an `and` check that also queries CUDA versions (`torch.version.cuda and torch.cuda.is_bf16_supported()
-and nccl.version() >= (2, 10)`) is kept and reported too: the check stays whole, False on TPU. Replace the
-dependency (see its own finding), then drop or move the check.""",
+and nccl.version() >= (2, 10)`) is kept and reported too: the check stays whole, False on TPU. A tensor's
+`x.is_cuda` test guarding such code is kept the same way (TPU111 moves the others). The guarded code counts as
+CUDA-only through a local module it imports that imports such a library (`from .triton_ops import kernel`) and
+through a function of the same file it calls. Replace the dependency (see its own finding), then drop or move
+the check.""",
           'assert torch.cuda.is_available(), "CUDA required for APEX optimizers"', None,
           port=Port(triggers=("cuda", "cupy", "pycuda", "transformer_engine", "numba"))),
     _rule("TPU219", "cuda-api-unknown", W, NOFIX, REVIEW, (),
