@@ -386,6 +386,37 @@ HOT = (aten.view.dtype, aten.index.Tensor, aten.index_put_.default, aten._index_
 
 # ---- data-dependent shapes: one scalar host sync for the size, then the work on the device --------
 
+HOST_MAX_ELEMENTS = 1 << 16
+"""Up to this many elements in its tensors, a data-dependent op (nonzero, masked_select, indexing by a boolean
+mask) runs on the host: it syncs the host for its size anyway, and on the device each new input shape and each
+new result size compiles a program (a decoder's `tokens[tokens >= k]`, one token longer each step, compiled two
+programs a token). The copies are small; PyTorch's CPU kernel gives the result and any error."""
+
+
+def _small(*tensors) -> bool:
+    if _state.abstract is not None:  # (compile-only devices: no data to copy)
+        return False
+    n = 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            n += t.numel()
+        elif isinstance(t, list | tuple):
+            n += sum(i.numel() for i in t if i is not None)
+    return n <= HOST_MAX_ELEMENTS
+
+
+def _on_host(op, *args):
+    """`op` on CPU copies of its tpu tensors (one host sync), its result moved back to the device."""
+    def to_cpu(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return tt.to_cpu(x, "nonzero")
+        if isinstance(x, list | tuple):
+            return type(x)(to_cpu(i) for i in x)
+        return x
+
+    out = op(*(to_cpu(a) for a in args))
+    return tt.from_jax(tt.cpu_to_jax(out))
+
 @functools.cache
 def _count_fn():
     return jax.jit(lambda m: jax.numpy.count_nonzero(m))
@@ -412,6 +443,8 @@ def _count(m: jax.Array) -> int:
 
 @_kernel(aten.nonzero.default)
 def nonzero(self):
+    if _small(self):
+        return _on_host(aten.nonzero.default, self)
     a = tt.to_jax(self)
     events.launches += 1
     if a.ndim == 0:
@@ -423,6 +456,10 @@ def nonzero(self):
 
 @_kernel(aten.masked_select.default)
 def masked_select(self, mask):
+    if self.device.type != mask.device.type:
+        raise tt.mixed_devices()
+    if _small(self, mask):
+        return _on_host(aten.masked_select.default, self, mask)
     a, m = tt.to_jax(self), tt.to_jax(mask).astype(bool)
     n = _count(jax.numpy.broadcast_to(m, jax.numpy.broadcast_shapes(a.shape, m.shape)))
     events.launches += 3  # (the cast, the broadcast and the selection)
@@ -484,6 +521,8 @@ def index(self, indices):
     if _index_h is None:
         _index_h = _lowered(aten.index.Tensor)
     if _has_mask(indices):
+        if self.device.type == "tpu" and _small(self, indices):  # (CPU indices into tpu: allowed, as on CUDA)
+            return _on_host(aten.index.Tensor, self, indices)
         if any(i is not None and i.dim() == 0 for i in indices):
             from tputool.backend import fallback
 
