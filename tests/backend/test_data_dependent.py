@@ -38,7 +38,6 @@ def test_data_dependent_ops_match_cpu_small_on_the_host_large_on_the_device(tpu_
         assert launched >= 2  # the size, then the selection, on the device
 
 
-@pytest.mark.filterwarnings("ignore:tpu backend. aten.index_put")  # (the backward's index_put by a mask: CPU fallback)
 def test_mask_errors_and_mixed_devices_as_on_cpu(tpu_device):
     x = torch.arange(10.0, device="tpu")
     with pytest.raises(IndexError, match=r"The shape of the mask \[3\] at index 0 does not match"):
@@ -49,3 +48,19 @@ def test_mask_errors_and_mixed_devices_as_on_cpu(tpu_device):
     y = x.clone().requires_grad_(True)
     y[y.detach() > 6].sum().backward()
     torch.testing.assert_close(y.grad.cpu(), (torch.arange(10.0) > 6).float())
+
+
+@pytest.mark.parametrize("size", [12, HOST_MAX_ELEMENTS + 4])
+def test_gradient_of_mask_indexing_runs_on_the_device(tpu_device, size, recwarn):
+    """`loss = f(logits[mask])`: the backward is a functional index_put by the mask, which ran on the CPU whole
+    (the full-size gradient copied to the host and back, a fallback warning); its coordinates are found first now."""
+    x = torch.rand(size, generator=torch.Generator().manual_seed(3))
+    want = torch.zeros(size)
+    want[x > 0.5] = 2 * x[x > 0.5]
+    d = x.to("tpu").requires_grad_(True)
+    d[d.detach() > 0.5].pow(2).sum().backward()
+    torch.testing.assert_close(d.grad.cpu(), want)
+    assert not [w for w in recwarn if "runs on CPU" in str(w.message)]
+    out = torch.index_put(torch.zeros(3, 2, device="tpu"), (torch.tensor([True, False, True], device="tpu"),),
+                          torch.ones(2, 2, device="tpu"), accumulate=True)
+    torch.testing.assert_close(out.cpu(), torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]))

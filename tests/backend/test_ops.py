@@ -76,7 +76,7 @@ def test_indexing_ops():
     torch.testing.assert_close(t.cpu(), c)
 
 
-def test_data_dependent_shapes_run_on_device_with_one_size_sync():
+def test_data_dependent_shapes_sync_the_host_once_each_and_never_fall_back():
     events.reset()
     x = torch.randn(3, 10)
     t = x.to(T)

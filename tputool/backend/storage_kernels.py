@@ -406,10 +406,13 @@ def _small(*tensors) -> bool:
 
 
 def _on_host(op, *args):
-    """`op` on CPU copies of its tpu tensors (one host sync), its result moved back to the device."""
+    """`op` on CPU copies of its tpu tensors (one host sync, counted once), its result moved back to the device."""
+    synced = []
+
     def to_cpu(x):
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-            return tt.to_cpu(x, "nonzero")
+            synced.append(x)
+            return tt.jax_to_cpu(tt.to_jax(x), "nonzero", count=len(synced) == 1)
         if isinstance(x, list | tuple):
             return type(x)(to_cpu(i) for i in x)
         return x
@@ -543,6 +546,25 @@ def _index_put_inplace(self, indices, values, accumulate=False, unsafe=False):
     return self
 
 
+_index_put_h = None
+
+
+def _index_put(self, indices, values, accumulate=False):
+    """Functional index_put (a backward of `x[mask]`): boolean masks become their coordinates first, so the
+    lowering runs on the device (it cannot trace data-dependent positions; this op ran on the CPU whole)."""
+    global _index_put_h
+    if _index_put_h is None:
+        _index_put_h = _lowered(aten.index_put.default)
+    if _has_mask(indices) and not (len(indices) == 1 and values.numel() == 1 and not accumulate):
+        if any(i is not None and i.dim() == 0 and i.dtype in (torch.bool, torch.uint8) for i in indices):
+            from tputool.backend import fallback
+
+            return fallback.run_on_cpu(aten.index_put.default, (self, indices, values, accumulate), {})
+        indices = _expand_masks(indices)
+    return _index_put_h((self, indices, values, accumulate), {})
+
+
+KERNELS[aten.index_put.default] = lambda args, kwargs: _index_put(*args, **kwargs)
 KERNELS[aten.index_put_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
 KERNELS[aten._index_put_impl_.default] = lambda args, kwargs: _index_put_inplace(*args, **kwargs)
 
