@@ -112,3 +112,16 @@ def test_pending_values_of_fused_mode_are_computed_before_a_sparse_op_reads_them
         _same(torch.addmm(w, s, w), torch.addmm(torch.full((3, 2), 3.0), ref, torch.full((3, 2), 3.0)))
     finally:
         torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
+
+
+def test_deepcopy_save_and_load_of_a_tpu_sparse_tensor(tpu_device, tmp_path):
+    """`copy.deepcopy(model)` (parity's replay copies modules) and `torch.save` of a model with a sparse buffer."""
+    import copy
+
+    s = _uncoalesced().to("tpu")
+    m = torch.nn.Module()
+    m.register_buffer("heads", s)
+    _same(copy.deepcopy(m).heads, _uncoalesced())
+    torch.save(m.state_dict(), tmp_path / "m.pt")
+    _same(torch.load(tmp_path / "m.pt")["heads"], _uncoalesced())
+    assert torch.load(tmp_path / "m.pt", map_location="cpu")["heads"].device.type == "cpu"

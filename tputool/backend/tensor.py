@@ -180,7 +180,7 @@ def dtype_alias(t: torch.Tensor, dtype: torch.dtype, size, stride, offset: int) 
 
 def has_data(t: torch.Tensor) -> bool:
     """True for a tpu tensor made by this backend (not a fake/meta tensor on the tpu device)."""
-    return hasattr(t.untyped_storage(), "_tpu")
+    return t.layout is torch.strided and hasattr(t.untyped_storage(), "_tpu")  # (sparse: no storage of its own)
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:
