@@ -124,6 +124,10 @@ def test_cache_grown_between_calls_is_named_as_the_cause_of_per_call_compiles(mo
     assert _problems(report) == expected(path)
     (f,) = [f for f in report.findings if f.extra.get("per_shape")]
     assert f.extra["state"] and "aten.cat.default at" in f.message and "allocate it once" in f.fix
+    fixed = FIXTURES / "static_cache.py"  # the advice followed: no recompile left, only the host read
+    report = diagnose(str(fixed), include_static=False)
+    assert report.status == "ok", report.error
+    assert _problems(report) == expected(fixed) and not [f for f in report.findings if f.code == "TPU808"]
 
 
 @pytest.mark.needs_compile
