@@ -100,3 +100,13 @@ def test_exact_stats_of_empty_and_single_element_tensors():
     assert exact_stats(torch.tensor([2.0])) == {"mean": 2.0, "std": 0.0, "norm": 2.0}
     s = exact_stats(torch.zeros(0))
     assert math.isnan(s["mean"]) and s["norm"] == 0.0
+
+
+def test_max_rel_leaves_out_elements_near_zero():
+    """parity printed "step 0: max rel 8.67e+18" for llm.c's correct port: a gradient element of ~1e-25 off by
+    1e-7 of the tensor's scale. The relative error is reported where it means something."""
+    ref = torch.tensor([1.0, -2.0, 3e-25, 0.5])
+    got = ref + torch.tensor([1e-7, 0.0, 2e-7, 0.0])
+    d = diff(_rec(got), _rec(ref))
+    assert not d["beyond"] and d["max_rel"] < 2e-7  # (the element of 1.0: one float32 ulp)
+    assert diff(_rec(torch.zeros(3)), _rec(torch.zeros(3)))["max_rel"] == 0.0
