@@ -168,7 +168,7 @@ def _register_kernels() -> None:
             for key in ("Conjugate", "Negative"):
                 aten_lib.impl(name, kernel, key)
     sparse.register(aten_lib)
-    fork.install([lib, aten_lib])  # (a child forked after JAX started swaps them for a kernel that refuses)
+    fork.install([lib, aten_lib, *sparse.libraries()])  # (a child forked after JAX started swaps them for a kernel that refuses)
     autocast.register(_libs)
 
 

@@ -168,3 +168,8 @@ def register(lib: torch.library.Library) -> None:
 
 
 _libs: list[torch.library.Library] = []
+
+
+def libraries() -> list[torch.library.Library]:
+    """The registrations `register` made besides `lib` (a forked child drops them with the device's kernels)."""
+    return list(_libs)
