@@ -716,8 +716,10 @@ SDPA (B, H, S, D)). The unsafe fix changes `attn_implementation` to "sdpa".""",
               *_many("prepare_model_for_int8_training prepare_model_for_kbit_training", prefix="peft.")),
                imports=("bitsandbytes",))),
     _rule("TPU510", "hf-accelerate", INFO, NOFIX, REVIEW, (71,),
-          "HF accelerate needs TorchTPU support inside accelerate",
-          """`Accelerator()` user code needs no change, but accelerate itself must know the tpu device; choose
+          "HF accelerate places on tpu from version 1.16; choose bf16 mixed precision",
+          """`Accelerator()` user code needs no change: Accelerate 1.16 and later place the model and batches on
+the tpu device (`torch.accelerator`). Older versions would use the CPU while the program believes it uses the
+device; with the bundled backend they are refused at `Accelerator()` (unless `cpu=True`). Choose
 `mixed_precision="bf16"`.""",
           'accelerator = Accelerator(mixed_precision="fp16")', None,
           port=Port(triggers=("accelerate", "Accelerator"), refs=(("accelerate.Accelerator", NameRef()),),
