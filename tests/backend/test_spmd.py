@@ -153,3 +153,15 @@ def test_spec_rules_drop_axes_that_do_not_divide() -> None:
     mesh = jax.sharding.Mesh([[[jax.devices()[0]]]], sharding.AXES)
     assert sharding.spec_for("layers.0.attn.wq.weight", (64, 64), sharding.LLAMA_TP_RULES, mesh) == ("tensor", "fsdp")
     assert sharding.spec_for("norm.weight", (64,), sharding.FSDP_RULES, mesh) == ()
+
+
+def test_a_second_run_with_the_disk_cache_warm_trains_the_same(tmp_path, monkeypatch) -> None:
+    """Run again with the fused programs of the first run on disk: a one-device program loaded in a process with
+    8 devices was placed on all 8 by default ("Expected args to execute_sharded_on_local_devices to have 8
+    shards, got: [1, 1]"), so every 8-device script failed from its second run on."""
+    monkeypatch.setenv("TPUTOOL_CACHE_DIR", str(tmp_path))
+    first = _run("tp")
+    assert any(tmp_path.rglob("exe-*.bin")), "the first run kept no program on disk"
+    second = _run("tp")
+    _assert_same_training(first["plain"], second["plain"])
+    _assert_same_training(first["tp"], second["tp"])

@@ -466,9 +466,8 @@ class Trace:
         checked = frozenset(c[0] for c in self.checks)
         fn = jax.jit(_runner(list(self.nodes), outs, checked, list(self._node_shapes)), donate_argnums=donate)
         fused_disk.save_shapes()
-        one_device = all(len(v.sharding.device_set) == 1 for v in self.ext if isinstance(v, jax.Array))
         tkey = (fused_disk.trace_key(self.step.key, outs, donate, checked)
-                if self.step.key is not None and runtime.STATE.abstract is None and one_device else None)
+                if self.step.key is not None and runtime.STATE.abstract is None and _one_device(self.ext) else None)
         if tkey is None:
             return fn
         return _Kept(fn, tkey)
@@ -552,8 +551,10 @@ class _Kept:
         return (self.exe is not None) + self.jitted._cache_size()
 
     def __call__(self, *ext):
+        if self.exe is None and not _one_device(ext):  # (a later trace of this step with sharded inputs, its
+            self.exe = _JIT_ONLY                         # executable dropped: the disk keeps one-device programs)
         if self.exe is None:
-            exe = fused_disk.load(self.key)
+            exe = fused_disk.load(self.key, _device_of(ext))
             if exe is None:
                 hits = persistent_cache.stats["hits"]
                 exe = self.jitted.lower(*ext).compile()
@@ -567,6 +568,19 @@ class _Kept:
         except (TypeError, ValueError):  # (inputs of other types or placements than it was compiled for, e.g.
             self.exe = _JIT_ONLY        # sharded over a mesh: refused before running; jax.jit handles them)
             return self.jitted(*ext)
+
+
+def _one_device(ext) -> bool:
+    """Whether every array input lives on one device (what the disk cache keeps programs for)."""
+    return all(len(v.sharding.device_set) == 1 for v in ext if isinstance(v, jax.Array))
+
+
+def _device_of(ext) -> Any:
+    """The one device the array inputs live on (None: no array input)."""
+    for v in ext:
+        if isinstance(v, jax.Array):
+            return next(iter(v.sharding.device_set))
+    return None
 
 
 def _donatable(ext: list) -> tuple[int, ...]:

@@ -184,15 +184,18 @@ def _exe_path(key: str) -> Path:
     return _state["dir"] / f"exe-{key}.bin"
 
 
-def load(key: str) -> Any:
-    """The compiled executable kept under `key` (a `jax.stages.Compiled`), or None."""
+def load(key: str, device: Any = None) -> Any:
+    """The compiled executable kept under `key` (a `jax.stages.Compiled`) placed on `device` (default: the first
+    device; JAX's own default is every device of the process, which a one-device program on a host with several
+    refuses to run: "Expected args ... to have 8 shards"), or None."""
     from jax.experimental import serialize_executable
 
     if _state["off"]:
         return None
     try:
         payload, in_tree, out_tree = pickle.loads(_exe_path(key).read_bytes())
-        exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree,
+                                                        execution_devices=[device or jax.devices()[0]])
     except Exception:  # noqa: BLE001 - missing, truncated, stale or from another jaxlib: compile again
         return None
     executables.count()
