@@ -66,8 +66,13 @@ def test_compiled_decode_gives_cpus_tokens_and_compiles_once_per_bucket(kind: st
         assert got.sequences.cpu().tolist() == model.generate(prompt, **kw).tolist()
         assert got.past_key_values.layers[0].keys.shape[-2] == 64
     assert counters["stats"]["unique_graphs"] - graphs == 1  # the decoding step, traced once, no recompile
+    from tputool.backend import executables
+
+    purges = executables.purges
     again, built = _programs(lambda: dev.generate(prompt.to(tpu_device), **kw).cpu())
-    assert built == 0  # a repeated call reuses every program, the compiled step's included
+    # A repeated call reuses every program, the compiled step's included; unless the process held so many
+    # executables that they were all dropped meanwhile (`executables.purge`, late in a long test session).
+    assert built == 0 or executables.purges > purges
     assert again.tolist() == model.generate(prompt, **kw).tolist()
 
 
