@@ -52,11 +52,8 @@ def test_compiled_decode_gives_cpus_tokens_and_compiles_once_per_bucket(kind: st
                                                                        monkeypatch) -> None:
     from torch._dynamo.utils import counters
 
-    from tputool.backend import executables
-
     monkeypatch.setenv("TPUTOOL_HF_COMPILE_AFTER", "0")  # (HF's own choice: the step compiled from the first call)
     torch._dynamo.reset()
-    executables.purge()  # (JAX's in-memory caches are LRU: a long session's programs would evict this test's)
     torch.manual_seed(0)
     model = build().eval()
     dev = copy.deepcopy(model).to(tpu_device)
