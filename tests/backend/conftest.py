@@ -106,3 +106,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     for line in _opinfo.summary_lines(_opinfo.RESULTS):
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"report: {_write_report(finished=True)}")
+
+
+EAGER_MODES = ("DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING")
+
+
+@pytest.fixture(params=EAGER_MODES)
+def mode(request, tpu_device: str):
+    """Each of the three eager modes in turn (Strict afterwards, as the suite runs)."""
+    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, request.param))
+    yield request.param
+    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)

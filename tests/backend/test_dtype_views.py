@@ -10,15 +10,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-MODES = ("DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING")
-
-
-@pytest.fixture(params=MODES)
-def mode(request, tpu_device: str):
-    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, request.param))
-    yield request.param
-    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
-
 
 def _write_through_view_as_real(d):
     c = torch.tensor([1 + 1j, 2 + 2j], device=d)

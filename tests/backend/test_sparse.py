@@ -9,15 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-MODES = ("DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING")
-
-
-@pytest.fixture(params=MODES)
-def mode(request, tpu_device: str):
-    torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, request.param))
-    yield request.param
-    torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER)
-
 
 def _uncoalesced() -> torch.Tensor:
     i = torch.tensor([[0, 1, 1, 0, 2], [2, 0, 0, 2, 1]])
