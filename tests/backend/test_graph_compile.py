@@ -174,6 +174,27 @@ def test_compiled_adamw_step_matches_eager(dev: str) -> None:
         torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
 
 
+def test_in_place_ops_dynamo_writes_as_fused_multiply_add_compile(dev: str) -> None:
+    """Dynamo writes `addcmul_`/`addcdiv_` with a value and `add_` with a tensor alpha as inductor's `prims.fma`
+    (nanochat's compiled AdamW step: "no JAX lowering for prims.fma.default")."""
+
+    def step(p, m, g, lr):
+        m.addcmul_(g, g, value=0.1)
+        p.addcdiv_(g, m.sqrt() + 1.0, value=-0.5)
+        p.add_(g, alpha=-lr)
+        return p.mul(2)
+
+    torch.manual_seed(0)
+    p, m, g = torch.randn(16), torch.rand(16), torch.randn(16)
+    lr = torch.tensor(0.25)
+    want = [t.clone() for t in (p, m)]
+    out_want = step(*want, g, lr)
+    got = [t.to(dev) for t in (p, m)]
+    out = torch.compile(step, backend="tpu", fullgraph=True)(*got, g.to(dev), lr)
+    for a, b in zip((*got, out), (*want, out_want), strict=True):
+        torch.testing.assert_close(a.cpu(), b, **TOL)
+
+
 def test_mutated_input_still_referenced_elsewhere_is_not_donated(tpu_device: str) -> None:
     import jax
 

@@ -278,6 +278,10 @@ def cpu_to_jax(t: torch.Tensor, device: jax.Device | None = None, count: bool = 
         arr = t.view(via[0]).numpy().view(dtypes.TORCH_TO_NP[t.dtype])
     else:
         arr = t.numpy()
+    # A copy that nothing else writes: JAX reads a host array when its transfer reaches the front of the
+    # device's queue, after the computations dispatched before it; `t`'s own memory may be written by then
+    # (a 0-d hyperparameter tensor refilled for the next call, a staging buffer refilled for the next batch).
+    arr = arr.copy()
     if count:
         events.record("transfer_h2d", "", arr.nbytes)
     if STATE.abstract is not None:

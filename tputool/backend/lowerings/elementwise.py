@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special as jsp
+from torch._inductor import inductor_prims
 
 from tputool.backend.lowerings import lowering
 from tputool.backend.lowerings._util import KIND, cast, promote
@@ -290,6 +291,15 @@ def addcmul(self, tensor1, tensor2, *, value=1):
 def addcdiv(self, tensor1, tensor2, *, value=1):
     comp, res = promote(KIND.INT_TO_FLOAT, self, tensor1, tensor2)
     return (cast(self, comp) + _scaled(cast(tensor1, comp) / cast(tensor2, comp), value)).astype(res)
+
+
+@lowering(inductor_prims.fma)
+def fma(a, b, c):
+    """Inductor's `prims.fma`, (a * b) + c: Dynamo writes `addcmul_`/`addcdiv_` with a value, and `add_` with a
+    tensor alpha, as it (e.g. a compiled optimizer step). In the opmath dtype (float32 for bf16/f16); float32's
+    product is rounded before the add (at most one ulp from a fused multiply-add, as CUDA eager's addcmul)."""
+    comp, res = promote(KIND.DEFAULT, a, b, c)
+    return (cast(a, comp) * cast(b, comp) + cast(c, comp)).astype(res)
 
 
 @lowering(aten.lerp.Scalar, aten.lerp.Tensor)
