@@ -65,6 +65,32 @@ def test_a_capability_query_and_its_guard_stay_cuda_and_the_ported_program_takes
     assert (original["DEVICE"], ported["DEVICE"]) == ("cpu", "tpu")
 
 
+COMPUTE_DTYPE = """
+    import torch
+
+    def compute_dtype():
+        if torch.cuda.is_available():
+            if torch.cuda.get_device_capability() >= (8, 0):
+                return torch.bfloat16
+            return torch.float32
+        return torch.float32
+
+    def sm_count():
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).multi_processor_count
+        return 0
+    """
+
+
+def test_a_kept_capability_check_that_picks_bfloat16_says_the_port_computes_in_another_precision():
+    out, findings = port(COMPUTE_DTYPE)
+    assert "if torch.cuda.is_available():" in out and "torch.tpu" not in out
+    guards = sorted((f.line, f.message) for f in findings if f.code == "TPU220")
+    assert len(guards) == 2
+    assert "picks torch.bfloat16 on a GPU" in guards[0][1] and "not the original's" in guards[0][1]
+    assert "picks" not in guards[1][1]  # the SM count's guard chooses no dtype
+
+
 def test_portable_property_reads_move_whole_module_and_argument():
     src = textwrap.dedent("""
         import torch

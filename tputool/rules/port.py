@@ -392,7 +392,8 @@ and nccl.version() >= (2, 10)`) is kept and reported too: the check stays whole,
 `x.is_cuda` test guarding such code is kept the same way (TPU111 moves the others). The guarded code counts as
 CUDA-only through a local module it imports that imports such a library (`from .triton_ops import kernel`) and
 through a function of the same file it calls. Replace the dependency (see its own finding), then drop or move
-the check.""",
+the check. Where the guarded code picks `torch.bfloat16`/`torch.float16` (a compute dtype chosen by compute
+capability), the finding says so: on TPU the port takes the other path, another precision than the original's.""",
           'assert torch.cuda.is_available(), "CUDA required for APEX optimizers"', None,
           port=Port(triggers=("cuda", "cupy", "pycuda", "transformer_engine", "numba"))),
     _rule("TPU219", "cuda-api-unknown", W, NOFIX, REVIEW, (),

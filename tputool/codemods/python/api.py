@@ -163,6 +163,7 @@ def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
         cuda_query,
         guarded_cuda_only,
         in_cuda_only_conjunction,
+        low_precision_choice,
     )
 
     if key == PROPERTIES:
@@ -176,9 +177,13 @@ def _kept_as_cuda(t: PortBase, key: str, call: cst.Call) -> bool:
         what = guarded_cuda_only(t, call)
         if what is None:
             return False
-        t.fire("TPU220", call, fixable=False,
-               message=f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
-                       "code is skipped (or the check fails) on TPU as on any machine without CUDA")
+        message = (f"torch.cuda.is_available() guards CUDA-only code ({what}): kept as a CUDA check, so that "
+                   "code is skipped (or the check fails) on TPU as on any machine without CUDA")
+        if dtype := low_precision_choice(t, call):
+            message += (f"; that code picks {dtype} on a GPU, so on TPU the port computes in the other path's "
+                        "precision, not the original's (TPUs compute in bfloat16 natively: choose the dtype for "
+                        "torch.tpu.is_available() yourself)")
+        t.fire("TPU220", call, fixable=False, message=message)
     elif key.startswith("torch.cuda.") and (what := in_cuda_only_conjunction(t, call)):
         t.fire("TPU220", call, fixable=False,
                message=f"{key}() is one operand of an `and` check that also queries CUDA ({what}): the check is "

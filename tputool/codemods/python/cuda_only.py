@@ -97,6 +97,21 @@ def _region(t: PortBase, check: cst.Call) -> tuple[list[cst.CSTNode], list[cst.C
     return (code, []) if code else None  # `ok = torch.cuda.is_available() and <code>`: the operands it guards
 
 
+_LOW_PRECISION = m.Attribute(value=m.Name(), attr=m.Name("bfloat16") | m.Name("float16") | m.Name("half"))
+
+
+def low_precision_choice(t: PortBase, check: cst.BaseExpression) -> str | None:
+    """The reduced-precision dtype (`torch.bfloat16`, `torch.float16`) that the code guarded by a CUDA check
+    kept as CUDA names, or None: on a GPU the original computes in it, on TPU the port takes the other path."""
+    region = _region(t, check)
+    for root in region[0] if region is not None else ():
+        for a in m.findall(root, _LOW_PRECISION):
+            q = t.qname(a)
+            if q in ("torch.bfloat16", "torch.float16", "torch.half"):
+                return q
+    return None
+
+
 def _exits(t: PortBase, body: cst.BaseSuite) -> bool:
     """True when a block ends by leaving its function or loop (return, raise, continue, break, exit())."""
     stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
