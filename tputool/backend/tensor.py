@@ -150,9 +150,24 @@ def empty(size, dtype: torch.dtype, stride=None) -> torch.Tensor:
     return t
 
 
+_inference_mode_on = torch.is_inference_mode_enabled
+_InferenceMode = torch._C._InferenceMode
+
+
+def _view_shell(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor to become a view of `t`: an inference tensor exactly when `t` is one, as CPU's views are (a
+    view of a normal tensor taken under `torch.inference_mode()` is normal: autograd then shares `t`'s version
+    counter with it, which an inference tensor refuses: "Cannot set version_counter for inference tensor")."""
+    inference = t.is_inference()
+    if _inference_mode_on() is inference:
+        return _create((0,), dtype)
+    with _InferenceMode(inference):
+        return _create((0,), dtype)
+
+
 def alias(t: torch.Tensor, size, stride, offset: int | None = None) -> torch.Tensor:
     """A new tensor sharing `t`'s storage, seen through (size, stride, offset) — a true view."""
-    v = _create((0,), t.dtype)
+    v = _view_shell(t, t.dtype)
     _set_storage_meta(_META_KS, v, t.untyped_storage(), t.storage_offset() if offset is None else offset, size, stride)
     if t.is_conj():  # (a view keeps the conjugate/negative bits of what it views, as CPU's views do)
         torch._C._set_conj(v, True)
@@ -168,7 +183,7 @@ def dtype_alias(t: torch.Tensor, dtype: torch.dtype, size, stride, offset: int) 
     st = t.untyped_storage()
     base = st._tpu
     parent = base.parent if type(base) is Reinterpreted else st
-    v = _create((0,), dtype)
+    v = _create((0,), dtype)  # (made in the current mode, as CPU's `view(dtype)`: under inference_mode() an inference tensor)
     if np.dtype(parent._tpu.dtype) == dtypes.to_np(dtype):
         _set_storage_meta(_META_KS, v, parent, offset, size, stride)
         return v
