@@ -47,6 +47,15 @@ def test_every_collective_matches_gloo_on_2_processes_launched_by_tputool_run() 
     _every_collective(run, 2, 2)
 
 
+def test_a_group_bound_to_each_ranks_device_makes_meshes_and_async_collectives() -> None:
+    """`init_process_group("tpu", device_id=torch.device("tpu", local_rank))` (nanochat) failed: "No backend type
+    associated with device type tpu"."""
+    run = torchrun(2, "device_id")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert all(f"RANK {r} DEVICE_ID OK" in out for r in range(2)), out[-4000:]
+
+
 @pytest.mark.slow
 def test_every_collective_matches_gloo_on_4_processes() -> None:
     _every_collective(torchrun(4), 4, 1)

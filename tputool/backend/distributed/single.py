@@ -31,6 +31,24 @@ class NamedProcessGroup(dist.ProcessGroup):
     def _set_group_name(self, name: str) -> None:
         self._group_name = name
 
+    supports_splitting = False
+    """(as a c10d backend: no communicator to split; DeviceMesh and new_group make subgroups of their own)"""
+
+    def _get_backend(self, device: torch.device) -> NamedProcessGroup:
+        """The backend serving `device`: this group itself, which runs every device's collectives (torch asks
+        for it when `init_process_group(device_id=...)` binds a device, as nanochat's does)."""
+        return self
+
+    @property
+    def bound_device_id(self) -> None:
+        """None: no communicator is bound to one device (torch's subgroups then come from `new_group`, never a
+        split); `init_process_group(device_id=...)` sets the current device, as it does."""
+        return None
+
+    @bound_device_id.setter
+    def bound_device_id(self, device: torch.device | None) -> None:
+        pass
+
     @property
     def group_name(self) -> str:
         """The name torch.distributed registered this group under."""
