@@ -33,8 +33,8 @@ def tputool(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name, extra", [("branch_mlp", ["--steps", "2"]), ("branch_batchnorm", ["--steps", "2"]),
-                                         ("init_on_device", ["--steps", "2"]),
-                                         ("matmul_mlp", []), ("dropout_mlp", []),
+                                         ("init_on_device", ["--steps", "2", "--device-random"]),
+                                         ("matmul_mlp", []), ("dropout_mlp", ["--device-random"]),
                                          ("autocast_mlp", ["--reference-fp32"])])
 def test_planted_departure_is_found_at_its_line_with_its_cause(name, extra):
     script = FIXTURES / f"{name}.py"
@@ -50,6 +50,16 @@ def test_planted_departure_is_found_at_its_line_with_its_cause(name, extra):
         check_schema(rep)
     if name == "branch_batchnorm":  # (the reference's copy starts from the buffers the tpu replay started from:
         assert f["op"]["line"] >= line, f["op"]  # BatchNorm's own counter is no first departing op)
+
+
+@pytest.mark.parametrize("name", ["dropout_mlp", "init_on_device"])
+def test_random_draws_on_tpu_come_from_the_cpu_generator_so_they_depart_nowhere(name):
+    """By default the tpu run's random ops (dropout, on-device initialization) draw what the reference draws:
+    the scripts the test above plants random-op and input-data departures in (with --device-random) are clean."""
+    r = tputool("parity", str(FIXTURES / f"{name}.py"), "--steps", "2", "--format", "json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["findings"] == [] and rep["tpu"]["random"] == "host"
 
 
 def test_clean_script_reports_nothing_and_exits_0():

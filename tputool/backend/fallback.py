@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_map
 
 from tputool.backend import events, rng
 from tputool.backend import tensor as tt
+from tputool.backend.op_plan import HOST_DRAWN
 
 _warned: set[str] = set()
 _generator_pos: dict[torch._ops.OpOverload, int | None] = {}
@@ -39,6 +40,8 @@ def announce(op: torch._ops.OpOverload, what: str = "") -> None:
         raise FallbackError(f"tpu backend: no tpu kernel for {name}{what} (TPUTOOL_FALLBACK=error forbids the "
                             "CPU fallback)")
     events.record("fallback", name)
+    if op in HOST_DRAWN:  # (a random op drawn by the CPU generator on purpose: TPUTOOL_RANDOM=host)
+        return
     if name not in _warned:
         _warned.add(name)
         file, line = events.user_location()
@@ -66,9 +69,7 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
 
     c_args = tree_map(to_cpu, args)
     c_kwargs = tree_map(to_cpu, kwargs)
-    g = _generator_pos.get(op, -1)
-    if g == -1:
-        g = _generator_pos[op] = next((i for i, a in enumerate(op._schema.arguments) if a.name == "generator"), None)
+    g = _generator_of(op)
     if g is not None:
         if g < len(c_args):
             c_args = (*c_args[:g], rng.cpu_generator(c_args[g]), *c_args[g + 1:])
@@ -98,6 +99,14 @@ def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
         return x
 
     return tree_map(to_tpu, out)
+
+
+def _generator_of(op: torch._ops.OpOverload) -> int | None:
+    """The schema position of `op`'s `generator` argument (None: it draws nothing, or has no such argument)."""
+    g = _generator_pos.get(op, -1)
+    if g == -1:
+        g = _generator_pos[op] = next((i for i, a in enumerate(op._schema.arguments) if a.name == "generator"), None)
+    return g
 
 
 def _flat_tensors(tree) -> list[torch.Tensor]:

@@ -30,6 +30,7 @@ import torch
 from tputool.backend.dtypes import NP_TO_TORCH, TORCH_TO_NP
 from tputool.backend.lowerings import LOWERINGS, Lowering, on_change
 from tputool.backend.lowerings.foreach import foreach_lowering
+from tputool.backend.rng import HOST_RANDOM
 
 
 class Route(enum.Enum):
@@ -169,6 +170,10 @@ def traced_lowering(op: torch._ops.OpOverload) -> Lowering | None:
 _FOREACH: dict[torch._ops.OpOverload, Lowering | None] = {}
 
 
+HOST_DRAWN: set[torch._ops.OpOverload] = set()
+"""Random ops sent to the CPU fallback under `rng.HOST_RANDOM` (their fallback is no missing kernel)."""
+
+
 def _decide(op: torch._ops.OpOverload) -> OpPlan:
     written = written_positions(op)
     f = functional_of(op) if written else None
@@ -176,6 +181,9 @@ def _decide(op: torch._ops.OpOverload) -> OpPlan:
     out_variant = bool(written) and (f is None or args[written[0]].kwarg_only)
     low = eager_lowering(op)
     flow = eager_lowering(f) if f is not None else None
+    if HOST_RANDOM and any(x is not None and x.needs_rng for x in (low, flow)):  # (drawn by the CPU generator)
+        HOST_DRAWN.add(op)
+        return OpPlan(op, Route.CPU, None, None, f, written, out_variant, None, host_positions(op))
     d = None
     if op in KERNELS:
         route, used = Route.KERNEL, None

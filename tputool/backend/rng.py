@@ -7,6 +7,10 @@ The default stream lives in `runtime.STATE` (seeded by torch.manual_seed / torch
 `torch.Generator(device="tpu")` is a `TpuGenerator` with a stream of its own (`Stream`), drawn from by the ops
 it is passed to (`stream_of`): the same seed gives the same values as the default stream with that seed.
 Ops that run on the CPU fallback draw from a CPU generator seeded from the tpu stream (`cpu_generator`).
+
+With `TPUTOOL_RANDOM=host` (`HOST_RANDOM`; `tputool parity` sets it for its tpu run) every random op on tpu runs on
+the CPU fallback and draws from PyTorch's CPU default generator (`generator=None`), so a script draws the values it
+draws on CPU, in the same order: dropout masks, noise and random initializations then equal the reference's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from tputool.backend.runtime import DEFAULT_SEED, STATE
 
 __all__ = ["DEFAULT_SEED", "Stream", "TpuGenerator", "manual_seed", "next_words", "key_from_words", "get_state",
            "set_state", "stream_of", "cpu_generator", "install_generator"]
+
+HOST_RANDOM = os.environ.get("TPUTOOL_RANDOM", "") == "host"
+"""Random ops on tpu draw from the CPU default generator (see the module doc), read once at import."""
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 
@@ -84,7 +91,10 @@ def stream_of(generator) -> Stream:
 
 def cpu_generator(generator) -> torch.Generator:
     """A CPU generator for an op that runs on the CPU fallback, seeded from the tpu stream `generator=` names
-    (None: the default one), which advances by one draw: reproducible from the tpu seed, as a tpu kernel is."""
+    (None: the default one), which advances by one draw: reproducible from the tpu seed, as a tpu kernel is.
+    Under `HOST_RANDOM`, None is PyTorch's CPU default generator itself."""
+    if generator is None and HOST_RANDOM:
+        return torch.default_generator
     words = next_words(stream_of(generator))
     seed = int.from_bytes(hashlib.blake2b(words.tobytes(), digest_size=8).digest(), "little")
     return torch.Generator().manual_seed(seed)

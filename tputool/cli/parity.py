@@ -31,6 +31,9 @@ def parity(
                                        "(default 8, times 1+step)."),
     device: str | None = typer.Option(None, "--device", help="With `record`: the reference device (cpu, cuda)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Stop each run after this many seconds."),
+    device_random: bool = typer.Option(False, "--device-random", help="The tpu run's random ops draw from the "
+                                       "tpu's own stream (default: from the CPU generator, as the reference's, "
+                                       "so dropout masks, noise and initializations are the same)."),
     fmt: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json (schema tputool.parity/1)."),
     html_out: str | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                         "page with plots (needs matplotlib: the report extra)."),
@@ -74,7 +77,7 @@ def parity(
 
         html_out = prepare(html_out)
     report = run_parity(script, args, reference=reference, steps=steps, timeout_s=timeout, fp32=fp32, slack=slack,
-                        quiet=fmt == "json")
+                        quiet=fmt == "json", device_random=device_random)
     if fmt == "json":
         typer.echo(to_json(report))
     else:

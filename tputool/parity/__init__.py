@@ -47,8 +47,10 @@ def record_reference(script: str, args: list[str], out: str, *, steps: int = 3, 
 
 def parity(script: str, args: list[str] | None = None, *, reference: str | None = None, steps: int = 3,
            timeout_s: float = 600.0, fp32: bool = False, slack: float | None = None, max_mb: float = 16.0,
-           quiet: bool = False) -> dict:
-    """Run both sides (or only tpu, against the saved `reference`) and return the parity report dict."""
+           quiet: bool = False, device_random: bool = False) -> dict:
+    """Run both sides (or only tpu, against the saved `reference`) and return the parity report dict. The tpu
+    run's random ops draw from the CPU generator, as the reference's do (the same dropout masks, noise and
+    initializations), unless `device_random` (the tpu's own stream)."""
     import torch
 
     from tputool.parity.analyze import analyze, needs_twin, sensitivity
@@ -73,7 +75,8 @@ def parity(script: str, args: list[str] | None = None, *, reference: str | None 
             ref = run_side("reference", script, args, ref_path, steps=steps, timeout_s=timeout_s, max_mb=max_mb,
                            fp32=fp32, quiet=quiet)
         tpu = run_side("tpu", script, args, os.path.join(tmp, "tpu.pt"), steps=steps, timeout_s=timeout_s,
-                       max_mb=max_mb, compare=ref_path if ref.get("entries") else None, slack=slack, quiet=quiet)
+                       max_mb=max_mb, compare=ref_path if ref.get("entries") else None, slack=slack, quiet=quiet,
+                       host_random=not device_random)
         report = analyze(tpu, ref, slack or DEFAULT_SLACK)
         report["sensitivity"], report["explained"] = None, []
         if reference is None and needs_twin(report):  # (a departure the earlier updates brought: how much does
@@ -89,6 +92,6 @@ def parity(script: str, args: list[str] | None = None, *, reference: str | None 
                       "records": len(ref.get("entries", [])), "wall_s": ref.get("wall_s")},
         "tpu": {"status": tpu.get("status"), "exit_code": tpu.get("exit_code", 0), "error": tpu.get("error"),
                 "records": len(tpu.get("entries", [])), "wall_s": tpu.get("wall_s"),
-                "matmul_precision": tpu.get("matmul_precision")},
+                "matmul_precision": tpu.get("matmul_precision"), "random": "device" if device_random else "host"},
     })
     return report

@@ -42,9 +42,12 @@ def from_op(rp: dict, matmul_precision: str) -> dict | None:
     op = rp.get("first")
     rnd = rp.get("random_at")
     if rnd is not None and (op is None or is_random(op["op"]) or op["random_before"]):
-        return _cause("random-op", f"a random op ({', '.join(rp['random_ops'])}) draws another random stream on "
-                      "tpu than on the reference: dropout masks differ (compare in eval mode, or with dropout "
-                      "off)", rnd["file"], rnd["line"])
+        ops = rp["random_ops"]
+        what = ("dropout masks differ (compare in eval mode, or with dropout off)" if any("dropout" in o for o in ops)
+                else "its values differ (a generator of another device gives other values for the same seed: "
+                "draw them with a CPU generator and move them)")
+        return _cause("random-op", f"a random op ({', '.join(ops)}) draws another random stream on tpu than on "
+                      f"the reference: {what}", rnd["file"], rnd["line"])
     if op is None:
         return None
     where = (op["file"], op["line"])

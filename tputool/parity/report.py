@@ -3,7 +3,8 @@
 JSON schema "tputool.parity/1" (fields are only ever added):
   schema; script; verdict (one line); steps (compared on both sides); loop: steps | calls; slack;
   reference: {source: "run" | the --reference path, device, status, exit_code, error, fp32, records, wall_s};
-  tpu: {status, exit_code, error, records, wall_s, matmul_precision};
+  tpu: {status, exit_code, error, records, wall_s, matmul_precision, random ("host": its random ops drew from the
+  CPU generator, as the reference's; "device": from the tpu's own stream)};
   findings: [{kind: departure | divergence, file, line (the user's line: the first departing op's when the
     op-by-op replay found one), key, module, cls, step, message, causes: [{name, message, file, line, module?, cls?,
     op?, site_file?, site_line?, key?}] (op, site, key: a random op called outside any module whose draw
@@ -85,6 +86,8 @@ def render_text(report: dict, echo: Callable[[str], None]) -> None:
     src = "recorded " + display_path(ref["source"]) if ref["source"] != "run" else "run"
     echo(f"  reference: {ref['device']} ({src}{', float32' if ref.get('fp32') else ''}), {ref['records']} records;"
          f" tpu: {report['tpu']['records']} records; {report['steps']} step(s) compared")
+    if report["tpu"].get("random") == "host":
+        echo("  random ops on tpu drew from the CPU generator, as the reference's (--device-random: the tpu's own)")
     echo("")
     echo(verdict(report))
     for f in report.get("explained", []):

@@ -31,9 +31,11 @@ def _lost(side: str, script: str, rc: int | None, interrupted: bool) -> dict:
 
 def run_side(side: str, script: str, args: list[str], out: str, *, steps: int, timeout_s: float,
              max_mb: float = 16.0, target: str = "cpu", fp32: bool = False, compare: str | None = None,
-             slack: float | None = None, quiet: bool = False, perturb: bool = False) -> dict:
+             slack: float | None = None, quiet: bool = False, perturb: bool = False,
+             host_random: bool = False) -> dict:
     """Run `script args` as the `side` child writing its record to `out`; returns the record (plus wall_s).
-    `perturb`: the sensitivity twin (`record.perturb`), whose output nobody needs to read again."""
+    `perturb`: the sensitivity twin (`record.perturb`), whose output nobody needs to read again. `host_random`:
+    the child's random ops on tpu draw from the CPU generator (`TPUTOOL_RANDOM=host`), as the reference's do."""
     import torch
 
     cmd = [sys.executable, "-m", "tputool.parity._child", "--side", side, "--out", out, "--steps", str(steps),
@@ -51,8 +53,9 @@ def run_side(side: str, script: str, args: list[str], out: str, *, steps: int, t
         os.unlink(out)
     t0 = time.perf_counter()
     out_to = subprocess.DEVNULL if perturb else (2 if quiet else None)
+    env = {**os.environ, "TPUTOOL_RANDOM": "host"} if host_random else None
     proc = subprocess.Popen(cmd, stdout=out_to, stderr=subprocess.DEVNULL if perturb else None,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         rc, interrupted = wait_child(proc, timeout_s + HARD_KILL_GRACE_S)
     finally:
