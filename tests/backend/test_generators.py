@@ -146,3 +146,34 @@ def test_default_generators_share_the_default_stream():
 def test_graph_mode_methods_for_cuda_graphs_are_refused():
     with pytest.raises(RuntimeError, match="CUDA graphs"):
         torch.Generator("tpu").graphsafe_get_state()
+
+
+_HOST_DRAWS = """
+import sys, warnings
+import torch
+warnings.simplefilter("error")  # (no 'runs on CPU' warning: drawing on the host is what was asked)
+dev = sys.argv[1]
+torch.manual_seed(0)
+x = torch.ones(6, device=dev)
+draws = [torch.nn.functional.dropout(x, 0.5), torch.randn(3, device=dev), torch.empty(3, device=dev).uniform_(),
+         torch.randint(0, 100, (4,), device=dev), torch.rand(2), torch.randn_like(x), torch.bernoulli(x * 0.5)]
+print([t.cpu().tolist() for t in draws])
+"""
+
+
+def test_with_random_on_the_host_tpu_draws_what_cpu_draws() -> None:
+    """TPUTOOL_RANDOM=host (parity's tpu run): random ops on tpu draw from the CPU default generator, in order,
+    interleaved with the script's own CPU draws."""
+    import os
+    import subprocess
+    import sys
+
+    def run(dev: str, **env: str) -> str:
+        out = subprocess.run([sys.executable, "-c", _HOST_DRAWS, dev], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    cpu = run("cpu")
+    assert run("tpu", TPUTOOL_RANDOM="host") == cpu
+    assert run("tpu") != cpu  # (the tpu's own stream otherwise)
