@@ -273,6 +273,22 @@ def _compile(i, reason):
             "recompile_reason": None if i == 0 else reason}
 
 
+def test_recompiles_only_while_warming_up_are_a_note():
+    """nanochat's compiled AdamW step, called once per parameter shape in the first step: a compile each, none
+    later. That is warm-up on any device, not a TPU problem (a note); one in a late step keeps the warning."""
+    def run(iterations):
+        return [{**_compile(i, f"0/{i - 1}: tensor 'p' rank mismatch. expected 2, actual 1" if i else None),
+                 "iteration": it} for i, it in enumerate(iterations)]
+
+    (f,) = findings_from_record(_rec(steps=8, compiles=run([0, 0, 0, 0]), recompile_limit=8))
+    assert (f.code, f.severity) == ("TPU802", Severity.INFO) and "all in the first step and none after" in f.message
+    (f,) = findings_from_record(_rec(steps=8, compiles=run([0, 0, 1, 5]), recompile_limit=8))
+    assert (f.code, f.severity) == ("TPU802", Severity.WARNING) and "none after" not in f.message
+    (f,) = findings_from_record(_rec(steps=8, compiles=[{k: v for k, v in c.items() if k != "iteration"}
+                                                         for c in run([0, 0, 0, 0])], recompile_limit=8))
+    assert f.severity == Severity.WARNING  # (when each compile happened is not known)
+
+
 def test_train_eval_switch_is_not_a_recompile_problem():
     switch = [_compile(0, None), _compile(1, "0/0: GLOBAL_STATE changed: grad_mode ")]
     assert findings_from_record(_rec(compiles=switch, recompile_limit=8)) == []

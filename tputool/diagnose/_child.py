@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     observer = Observer(frames, steps)
     jaxwatch.install()
     undo_numpy = wrap_from_numpy(frames, observer)
-    call_sites = dynamo.CallSites(frames)
+    call_sites = dynamo.CallSites(frames, lambda: steps.iteration)
     call_sites.install()
     compiler = None
     if ns.compile_models:
@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if events is not None:  # (a counter reset by the script itself gives no negative count)
         record.launches = [max(b - a, 0) for a, b in zip([launches_at_start, *marks], marks, strict=False)]
     record.xla = jaxwatch.to_record(steps.iteration)
-    observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks),
+    observed = {**observer.to_record(), **dynamo.collect(frames, call_sites.sites, call_sites.break_marks,
+                                                           call_sites.started_in),
                 **_events_record(boundaries, steps.iteration)}
     record = dataclasses.replace(record, **observed)  # a TypeError here: an observer's key is not a RunRecord field
     with open(ns.record, "w") as f:

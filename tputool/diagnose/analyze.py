@@ -238,6 +238,7 @@ def _recompiles(rec: RunRecord) -> list[Finding]:
                                   else f"{function}() in {os.path.basename(file)}:{line}")
         entry["n"] = max(entry["n"], n)
         entry["hit"] = entry["hit"] or hit
+        entry.setdefault("iterations", []).extend(c.get("iteration") for c in recompiles)
         for k, v in classes.items():
             entry["classes"][k] = entry["classes"].get(k, 0) + v[0]
     out = []
@@ -249,10 +250,23 @@ def _recompiles(rec: RunRecord) -> list[Finding]:
         msg = f"{name}{more} recompiled {n} time{'s' * (n != 1)}, {main_class} (guard: {guard})"
         if e["hit"]:
             msg += f"; hit the recompile limit ({limit}), so it now runs uncompiled"
+        warm_up = _warm_up_only(e["iterations"], iterations(rec), "model call" if rec.loop == "calls" else "step")
+        if warm_up is not None and not e["hit"]:
+            msg += f", all in {warm_up} and none after: warm-up, as on any device"
         out.append(_finding("TPU802", file, line, msg, count=n, fix=e["fix"],
-                            severity=Severity.WARNING if n >= 2 or e["hit"] else Severity.INFO,
+                            severity=Severity.WARNING if (n >= 2 or e["hit"]) and warm_up is None else Severity.INFO,
                             classes=e["classes"], hit_limit=e["hit"], functions=e["functions"]))
     return out
+
+
+def _warm_up_only(started_in: list[int | None], steps: int, unit: str) -> str | None:
+    """Where recompiles that all started before the late iterations (`late_compile_steps`) happened ("the first
+    step"); None when one came later, or when that is not known."""
+    late = late_compile_steps(steps)
+    if not started_in or None in started_in or not len(late) or any(i >= late.start for i in started_in):
+        return None
+    last = max(started_in)
+    return f"the first {unit}" if last == 0 else f"the first {last + 1} {unit}s"
 
 
 def _times(n: int) -> str:

@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from tputool.diagnose.userframes import UserFrames
 
@@ -26,9 +27,11 @@ class CallSites:
     not pay for importing Dynamo.
     """
 
-    def __init__(self, frames: UserFrames) -> None:
+    def __init__(self, frames: UserFrames, iteration: Callable[[], int] | None = None) -> None:
         self.frames = frames
+        self.iteration = iteration
         self.sites: dict[str, tuple[str, int]] = {}  # compile id ("0/1") -> (file, line)
+        self.started_in: dict[str, int] = {}  # compile id -> the loop iteration it started in
         # (index into graph_break_reasons when a compile started, that compile's call site), in order
         self.break_marks: list[tuple[int, tuple[str, int]]] = []
         self._original = None
@@ -61,6 +64,8 @@ class CallSites:
             self._original = None
 
     def _on_start(self, args: object) -> None:
+        if self.iteration is not None:
+            self.started_in[str(getattr(args, "compile_id", ""))] = self.iteration()
         loc = self.frames.location(1)
         if loc is not None:
             self.sites[str(getattr(args, "compile_id", ""))] = loc
@@ -102,7 +107,8 @@ def _site_of_break(index: int, marks: list[tuple[int, tuple[str, int]]]) -> tupl
 
 
 def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None,
-            break_marks: list[tuple[int, tuple[str, int]]] | None = None) -> dict:
+            break_marks: list[tuple[int, tuple[str, int]]] | None = None,
+            started_in: dict[str, int] | None = None) -> dict:
     """Graph breaks and compiles seen by Dynamo, located at the user's frames, as JSON-ready lists.
 
     A break inside compiled library code (a Hugging Face forward, say) is located at the user's call
@@ -123,6 +129,7 @@ def collect(frames: UserFrames, sites: dict[str, tuple[str, int]] | None = None,
             "ops": m.graph_op_count, "compile_id": m.compile_id,
             "recompile_reason": m.recompile_reason, "fail_type": m.fail_type,
             "call_site": (sites or {}).get(str(m.compile_id)),
+            "iteration": (started_in or {}).get(str(m.compile_id)),
             "fail_reason": m.fail_reason,
         })
 
