@@ -41,8 +41,8 @@ class NamedProcessGroup(dist.ProcessGroup):
 
     @property
     def bound_device_id(self) -> None:
-        """None: no communicator is bound to one device (torch's subgroups then come from `new_group`, never a
-        split); `init_process_group(device_id=...)` sets the current device, as it does."""
+        """None: no communicator is bound to one device, whatever `init_process_group(device_id=...)` asked (torch's
+        subgroups then come from `new_group`, never from a split)."""
         return None
 
     @bound_device_id.setter
