@@ -50,6 +50,23 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     return jax.lax.ragged_dot(self, mat2.astype(self.dtype), sizes, preferred_element_type=acc).astype(res)
 
 
+@lowering(aten._scaled_mm.default)
+def scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """A float8 matmul (torchao's and nanochat's Float8Linear): the float8 operands multiplied exactly with float32
+    accumulation, then times the tensor-wise or row-wise scales (M, 1) and (1, N), plus `bias`, in `out_dtype`.
+    A float8 result (`scale_result`) runs through the CPU fallback."""
+    from tputool.backend import dtypes
+
+    res = self.dtype if out_dtype is None else dtypes.to_np(out_dtype)
+    if scale_result is not None or jnp.dtype(res).itemsize == 1:
+        raise Unsupported("_scaled_mm is lowered for a result wider than float8 only")
+    f32 = jnp.float32
+    out = jnp.matmul(self, mat2, preferred_element_type=f32) * scale_a.astype(f32) * scale_b.astype(f32)
+    if bias is not None:
+        out = out + bias.astype(f32)
+    return out.astype(res)
+
+
 @lowering(aten.mv.default)
 def mv(self, vec):
     res = _mm_dtype(self, vec)
