@@ -394,3 +394,22 @@ def test_config_without_target_is_a_one_line_error(tmp_path):
 
     r = CliRunner().invoke(app, ["diagnose", "--config", "tputool-tune.yaml", _write(tmp_path, MLP)])
     assert "--config applies with --target" in str(r.exception) and r.exception.exit_code == 2
+
+
+def test_the_live_state_scan_skips_weak_proxies_whose_object_died() -> None:
+    """`diagnose --target` on nanochat failed at its first optimizer step ("ReferenceError: weakly-referenced object
+    no longer exists"): `isinstance` on a dead `weakref.proxy` among the collector's objects raises."""
+    import weakref
+
+    import torch
+
+    from tputool.diagnose.target_run import _live
+
+    class Held:
+        pass
+
+    obj = Held()
+    proxy = weakref.proxy(obj)
+    del obj
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    assert opt in list(_live(torch.optim.Optimizer)) and type(proxy) in weakref.ProxyTypes

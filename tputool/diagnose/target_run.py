@@ -26,6 +26,7 @@ import runpy
 import sys
 import time
 import traceback
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,13 +126,22 @@ def simulate_world(n: int) -> None:
     ddp.DistributedDataParallel.__init__ = init_ddp
 
 
+def _live(kind: type) -> Iterator[Any]:
+    """The objects the collector tracks that are `kind`s (a weak proxy is skipped: `isinstance` on one whose
+    object died raises ReferenceError, and nanochat's process holds such proxies)."""
+    proxies = weakref.ProxyTypes
+    for o in gc.get_objects():
+        if type(o) not in proxies and isinstance(o, kind):
+            yield o
+
+
 def _live_tpu_tensors() -> Iterator[Any]:
     import torch
 
     from tputool.backend.tensor import has_data
 
-    for o in gc.get_objects():
-        if isinstance(o, torch.Tensor) and o.device.type == "tpu" and has_data(o):
+    for o in _live(torch.Tensor):
+        if o.device.type == "tpu" and has_data(o):
             yield o
 
 
@@ -148,7 +158,7 @@ def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple], 
         return getattr(t, "_local_tensor", t).untyped_storage()._cdata
 
     placed = dict(placements or {})
-    optimizers = [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+    optimizers = list(_live(torch.optim.Optimizer))
     opt_storages = set()
     for opt in optimizers:
         for param, st in opt.state.items():
@@ -161,7 +171,7 @@ def _live_state(placements: dict[int, Any] | None = None) -> tuple[list[tuple], 
     entries, seen, roles = [], set(), {"parameters": 0, "gradients": 0, "optimizer_state": 0, "ddp_buckets": 0,
                                        "other": 0}
     tensors = list(_live_tpu_tensors())
-    params = [o for o in gc.get_objects() if isinstance(o, torch.nn.Parameter) and o.device.type == "tpu"]
+    params = [o for o in _live(torch.nn.Parameter) if o.device.type == "tpu"]
     param_keys = {key_of(t) for t in params}
     grads = {key_of(t.grad) for t in params if t.grad is not None and t.grad.device.type == "tpu"}
     for t in params:
