@@ -413,3 +413,14 @@ def test_the_live_state_scan_skips_weak_proxies_whose_object_died() -> None:
     del obj
     opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
     assert opt in list(_live(torch.optim.Optimizer)) and type(proxy) in weakref.ProxyTypes
+
+
+def test_levers_come_largest_memory_first() -> None:
+    """nanochat d12 at micro batch 32 on a v5e chip: 86 GiB of activations against 0.7 GiB of parameters; the
+    activations' lever comes first, each with the memory it addresses."""
+    from tputool.diagnose.target import levers
+
+    got = levers({"parameters": 756 << 20, "gradients": 700 << 20, "optimizer_state": 1200 << 20,
+                  "activations": 86 << 30, "other": 6 << 20})
+    assert [lever.split(" (")[0] for lever in got] == ["activations", "optimizer state", "parameters", "gradients"]
+    assert got[0].startswith("activations (86.00 GiB): recompute activations")

@@ -29,7 +29,14 @@ LEVERS = (
     ("activations", "recompute activations (torch.utils.checkpoint), a smaller micro batch, or a Pallas "
                     "attention kernel (torch.tpu.ops.splash_sdpa) instead of materialized attention scores"),
 )
-"""What to do about each kind of memory that does not fit, in the order the report lists them."""
+"""What to do about each kind of memory that does not fit (`levers`: ranked by the bytes of the kind)."""
+
+
+def levers(memory_by_kind: dict[str, int]) -> list[str]:
+    """The levers for the kinds of memory a step holds, the largest kind first, each with its bytes per chip."""
+    ranked = sorted((kind for kind, _ in LEVERS if memory_by_kind.get(kind)), key=lambda k: -memory_by_kind[k])
+    text = dict(LEVERS)
+    return [f"{kind.replace('_', ' ')} ({_gib(memory_by_kind[kind])}): {text[kind]}" for kind in ranked]
 
 
 def _run_child(script: str, args: list[str], target: str, steps: int, timeout_s: float,
@@ -205,7 +212,7 @@ def check_target(script: str, args: list[str], target: str, *, steps: int = 1, t
         held = sum(v for k, v in live.items() if k != "other")
         live["activations"] = max(0, peak - held - live.get("other", 0))
         out["memory_by_kind"] = live
-        out["levers"] = [text for kind, text in LEVERS if live.get(kind)]
+        out["levers"] = levers(live)
         if batch_arg is not None:
             batch = _batch_of(args, batch_arg)
             best, tries = largest_fitting_batch(os.path.abspath(script), args, target, steps, timeout_s,
