@@ -166,13 +166,13 @@ def test_correct_bf16_autocast_transformer_port_is_clean_and_a_planted_scale_is_
 
 
 def test_a_sampled_token_from_another_random_stream_is_named_not_a_parameter_update():
-    """Training agrees; the tokens torch.multinomial samples outside any module between model calls come from
-    another random stream on tpu, so the next call's embedding departs. The cause is that random op at its line
+    """Training agrees; with --device-random the tokens torch.multinomial samples outside any module between model
+    calls come from another random stream on tpu, so the next call's embedding departs. The cause is that random op at its line
     (told apart from float rounding by drawing again), not parameters an earlier update made differ; the
     model's replay runs although a lambda attribute closes over a submodule the deep copy shares."""
     script = FIXTURES / "sample_lm.py"
     cause, line = expected(script)
-    r = tputool("parity", str(script), "--steps", "2", "--format", "json")
+    r = tputool("parity", str(script), "--steps", "2", "--format", "json", "--device-random")
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     rep = json.loads(r.stdout)
     f = rep["findings"][0]
