@@ -250,7 +250,7 @@ def _recompiles(rec: RunRecord) -> list[Finding]:
         msg = f"{name}{more} recompiled {n} time{'s' * (n != 1)}, {main_class} (guard: {guard})"
         if e["hit"]:
             msg += f"; hit the recompile limit ({limit}), so it now runs uncompiled"
-        warm_up = _warm_up_only(e["iterations"], iterations(rec), "model call" if rec.loop == "calls" else "step")
+        warm_up = _warm_up_only(e["iterations"], iterations(rec), _unit(rec)[:-1])
         if warm_up is not None and not e["hit"]:
             msg += f", all in {warm_up} and none after: warm-up, as on any device"
         out.append(_finding("TPU802", file, line, msg, count=n, fix=e["fix"],
